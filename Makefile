@@ -1,0 +1,67 @@
+# electra-tf. Every target sets up (or refreshes) its own virtual environment from
+# requirements.txt first, so `make pretrain SIZE=small` and `make test` are the whole set-up.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONPATH := $(CURDIR)
+
+SIZE ?= small
+DATA_DIR ?=
+MODEL_NAME ?= electra_$(SIZE)
+HPARAMS ?= {}
+TASK ?= sst
+DEFAULT_DATA := data/default
+RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
+
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve clean-venv
+
+$(STAMP): requirements.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check electra_tf data_prep tests bench
+	$(VENV)/bin/ruff format --check electra_tf data_prep tests bench
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format electra_tf data_prep tests bench
+	$(VENV)/bin/ruff check --fix electra_tf data_prep tests bench
+
+# With no DATA_DIR, build the embedded default corpus (no download) first; it is reused once built.
+default-data: $(STAMP)
+	$(PY) data_prep/build_default_corpus.py --data-dir $(DEFAULT_DATA)
+
+pretrain: $(STAMP) $(if $(DATA_DIR),,default-data)
+	$(PY) -m electra_tf.pretrain --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
+		--preset $(SIZE) --hparams '$(HPARAMS)'
+
+finetune: $(STAMP)
+	$(PY) -m electra_tf.finetune --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
+		--tasks $(TASK) --hparams '$(HPARAMS)'
+
+export: $(STAMP)
+	$(PY) -m electra_tf.export --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
+		$(if $(filter command line,$(origin TASK)),--task $(TASK),)
+
+bench: $(STAMP)
+	$(PY) bench/bench_train.py
+
+bench-data: $(STAMP)
+	$(PY) bench/bench_data.py
+
+bench-serve: $(STAMP)
+	$(PY) bench/bench_serve.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,309 @@
+"""Typed configuration: the schema, the presets and the one place derived values are computed.
+
+Defaults equal the original's `configure_pretraining.py` (google-research/electra). Loading order,
+as the STYLE guide asks: dataclass defaults -> preset (configs/<name>.json) -> user overrides
+(`--hparams` JSON string or .json file) -> derived values, computed once after every override.
+The original computed `max_predictions_per_seq` *before* its size defaults changed
+`max_seq_length`/`mask_prob`; here derived values always see the final settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+# Hidden size and depth per model size, as the original's `training_utils.get_bert_config`.
+MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One transformer encoder (the original's `BertConfig`).
+
+    `embedding_size` is the width of the shared embedding tables; when it differs from
+    `hidden_size` the encoder owns an `embeddings_project` dense layer (E -> H).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    embedding_size: int | None = None  # None -> hidden_size
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ModelConfig:
+        return replace_checked(cls(), values, where="model config")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingConfig:
+    """Pre-training hyperparameters. Field names and defaults are the original's.
+
+    Fields marked "ours" are additions; their defaults keep the original's behaviour.
+    Derived fields (`max_predictions_per_seq`, and the model configs returned by
+    `discriminator_config()` / `generator_config()`) are computed by `resolve()`.
+    """
+
+    model_name: str = "electra"
+    data_dir: str = "data"
+
+    # Objective.
+    electra_objective: bool = True  # False -> the BERT masked-LM baseline (no discriminator)
+    gen_weight: float = 1.0
+    disc_weight: float = 50.0
+    mask_prob: float = 0.15
+
+    # Optimisation.
+    learning_rate: float = 5e-4
+    lr_decay_power: float = 1.0  # linear decay to 0
+    weight_decay_rate: float = 0.01
+    num_warmup_steps: int = 10000
+
+    # Training loop.
+    iterations_per_loop: int = 200  # steps per compiled loop / console log line
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    num_train_steps: int = 1000000
+    num_eval_steps: int = 100
+
+    # Model.
+    model_size: str = "small"  # one of small, base, large
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    embedding_size: int | None = None  # None -> hidden size ("small" preset sets 128)
+    vocab_size: int = 30522
+    do_lower_case: bool = True
+    do_strip_accents: bool = True
+
+    # Generator.
+    uniform_generator: bool = False  # generator outputs a uniform distribution (ablation)
+    untied_generator_embeddings: bool = False  # True: the generator has its own embeddings
+    untied_generator: bool = True  # False: generator and discriminator share all weights
+    generator_layers: float = 1.0  # fraction of discriminator layers
+    generator_hidden_size: float = 0.25  # fraction of discriminator hidden size
+    disallow_correct: bool = False  # never sample the original token
+    temperature: float = 1.0
+
+    # Batch sizes and sequence length.
+    max_seq_length: int = 128
+    train_batch_size: int = 128
+    eval_batch_size: int = 128
+
+    debug: bool = False  # the original's debug sizes: 3 layers x 144, batch 8, 20 steps
+
+    # --- ours ---
+    # Masking: the original draws positions with replacement (duplicates get a floor-averaged
+    # token id, original issue #41). False draws them without replacement (the suggested fix).
+    mask_positions_with_replacement: bool = True
+    seed: int = 0
+    precision: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
+    jit_compile: bool = False
+    gradient_accumulation_steps: int = 1
+    init_checkpoint: str | None = None  # continue pre-training from these weights
+    init_checkpoint_format: str = "auto"  # auto | native | original | hf
+    init_step: int | None = None  # step the LR schedule starts from with init_checkpoint
+    pretrain_tfrecords: str | None = (
+        None  # None -> <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*
+    )
+    eval_tfrecords: str | None = None  # None -> the training files
+    vocab_file: str | None = None  # None -> <data_dir>/vocab.txt
+    model_dir: str | None = None  # None -> <data_dir>/models/<model_name>
+    log_every_steps: int = 0  # console line period; 0 -> iterations_per_loop
+    distribution_strategy: str = "default"  # default | mirrored | multi_worker_mirrored | tpu
+    tpu: str | None = None
+
+    # Derived (set by resolve()).
+    max_predictions_per_seq: int | None = None
+
+    # ------------------------------------------------------------------ derived values
+    def resolve(self) -> PretrainingConfig:
+        """Validates and fills the derived values. Idempotent."""
+        if self.model_size not in MODEL_SIZES:
+            raise ConfigError(
+                f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
+            )
+        if self.precision not in ("float32", "mixed_bfloat16", "mixed_float16"):
+            raise ConfigError(
+                f"precision: {self.precision!r} is not float32/mixed_bfloat16/mixed_float16"
+            )
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature: {self.temperature} must be > 0")
+        changes: dict[str, Any] = {
+            "max_predictions_per_seq": int((self.mask_prob + 0.005) * self.max_seq_length)
+        }
+        return dataclasses.replace(self, **changes)
+
+    def discriminator_config(self) -> ModelConfig:
+        """The discriminator's encoder config (the original's `get_bert_config`)."""
+        hidden, layers = MODEL_SIZES[self.model_size]
+        args: dict[str, Any] = {
+            "vocab_size": self.vocab_size,
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "max_position_embeddings": max(512, self.max_seq_length),
+        }
+        args.update(self.model_hparam_overrides)
+        hidden = args["hidden_size"]
+        args.setdefault("num_attention_heads", max(1, hidden // 64))
+        args.setdefault("intermediate_size", 4 * hidden)
+        args["embedding_size"] = self.embedding_size or args.get("embedding_size") or hidden
+        return ModelConfig.from_dict(args)
+
+    def generator_config(self) -> ModelConfig:
+        """The generator's encoder config (the original's `get_generator_config`).
+
+        Hidden = round(H * generator_hidden_size), layers = round(L * generator_layers),
+        heads = max(1, hidden // 64), FFN = 4 * hidden; embeddings are the discriminator's width.
+        """
+        disc = self.discriminator_config()
+        if not self.untied_generator:
+            return disc
+        hidden = int(round(disc.hidden_size * self.generator_hidden_size))
+        return dataclasses.replace(
+            disc,
+            hidden_size=hidden,
+            num_hidden_layers=int(round(disc.num_hidden_layers * self.generator_layers)),
+            num_attention_heads=max(1, hidden // 64),
+            intermediate_size=4 * hidden,
+        )
+
+    # ------------------------------------------------------------------ paths
+    def resolved_model_dir(self) -> str:
+        return self.model_dir or os.path.join(self.data_dir, "models", self.model_name)
+
+    def resolved_vocab_file(self) -> str:
+        return self.vocab_file or os.path.join(self.data_dir, "vocab.txt")
+
+    def resolved_pretrain_tfrecords(self) -> str:
+        return self.pretrain_tfrecords or os.path.join(
+            self.data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+# ---------------------------------------------------------------------- loading helpers
+def closest_key(key: str, valid: list[str]) -> str | None:
+    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def replace_checked(config: Any, values: Mapping[str, Any], where: str = "config") -> Any:
+    """`dataclasses.replace` that rejects unknown keys, naming the closest valid one."""
+    valid = [f.name for f in dataclasses.fields(config)]
+    for key in values:
+        if key not in valid:
+            hint = closest_key(key, valid)
+            suggestion = f"; did you mean {hint!r}?" if hint else ""
+            raise ConfigError(f"Unknown hparam {key!r} in {where}{suggestion}")
+    return dataclasses.replace(config, **dict(values))
+
+
+def parse_hparams(hparams: str | None) -> dict[str, Any]:
+    """`--hparams`: a JSON object string, or a path to a .json file (as the original)."""
+    if hparams is None or not hparams.strip():
+        return {}
+    text = hparams.strip()
+    where = "--hparams"
+    if text.endswith(".json"):
+        where = text
+        try:
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"--hparams: cannot read {hparams}: {e}") from e
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: invalid JSON ({e})") from e
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(values).__name__}")
+    # Keys starting with "_" are comments (JSON has none).
+    return {k: v for k, v in values.items() if not k.startswith("_")}
+
+
+def preset_path(preset: str) -> str:
+    if preset.endswith(".json") or os.sep in preset:
+        return preset
+    return os.path.join(CONFIGS_DIR, f"{preset}.json")
+
+
+def load_preset(preset: str | None) -> dict[str, Any]:
+    if not preset:
+        return {}
+    path = preset_path(preset)
+    if not os.path.exists(path):
+        available = sorted(p[:-5] for p in os.listdir(CONFIGS_DIR) if p.endswith(".json"))
+        raise ConfigError(f"preset {preset!r}: no file {path}; available: {', '.join(available)}")
+    return parse_hparams(path)
+
+
+# The original's debug settings; like the original, explicit user values win over them.
+DEBUG_SETTINGS: dict[str, Any] = {
+    "model_hparam_overrides": {
+        "hidden_size": 144,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "intermediate_size": 576,
+    },
+    "train_batch_size": 8,
+    "eval_batch_size": 8,
+    "num_train_steps": 20,
+    "num_eval_steps": 10,
+}
+
+
+def pretraining_config(
+    model_name: str = "electra",
+    data_dir: str = "data",
+    preset: str | None = None,
+    hparams: str | Mapping[str, Any] | None = None,
+) -> PretrainingConfig:
+    """Defaults -> preset -> hparams -> derived values."""
+    config = PretrainingConfig(model_name=model_name, data_dir=data_dir)
+    config = replace_checked(config, load_preset(preset), where=f"preset {preset}")
+    overrides = parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
+    config = replace_checked(config, overrides, where="hparams")
+    if config.debug:
+        config = dataclasses.replace(config, **DEBUG_SETTINGS)
+        preset_values = load_preset(preset)
+        config = replace_checked(config, {**preset_values, **overrides}, where="hparams")
+    return config.resolve()
+
+
+def save_config(config: Any, path: str) -> None:
+    """Writes a config as JSON atomically (write to a temporary file, then rename)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True))
+    os.replace(tmp, path)
