@@ -113,6 +113,8 @@ class PretrainingConfig:
     eval_batch_size: int = 128
 
     debug: bool = False  # the original's debug sizes: 3 layers x 144, batch 8, 20 steps
+    do_train: bool = True  # the original requires exactly one of do_train / do_eval
+    do_eval: bool = False
 
     # --- ours ---
     # Masking: the original draws positions with replacement (duplicates get a floor-averaged
@@ -151,6 +153,8 @@ class PretrainingConfig:
             )
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
+        if self.do_train == self.do_eval:
+            raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
         changes: dict[str, Any] = {
