@@ -1,0 +1,322 @@
+"""The original's optimizer: Adam without bias correction, decoupled weight decay, its LR schedule.
+
+Reference: google-research/electra `model/optimization.py` (ORIGINAL.md 1.8). Three pieces:
+
+- `AdamWeightDecay`: BERT's `AdamWeightDecayOptimizer` as a tf_keras optimizer (new API).
+  Unlike Keras' `Adam`/`AdamW` and Model Garden's `AdamWeightDecay` (both apply Adam's bias
+  correction), the update is `m / (sqrt(v) + eps)` with raw moments, so the first steps move
+  each weight by up to ~3x the LR; the original relies on its warmup for that.
+- `ElectraSchedule`: polynomial decay to 0 MULTIPLIED by `min(1, step / warmup)`; warmup and
+  decay overlap (not BERT's "replace the decay with a ramp during warmup").
+- `layerwise_lr_multipliers`: the fine-tuning layer-wise LR decay (`_get_layer_lrs`).
+
+Every per-variable decision (weight-decay exclusion, LR multiplier) is made on the variable's
+ORIGINAL TF1 name, taken from a model's `variable_map()`, so that it matches the original exactly
+whatever Keras calls the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+# Substrings of an original variable name that exempt it from weight decay (as the original).
+DEFAULT_WEIGHT_DECAY_EXCLUSIONS = ("LayerNorm", "layer_norm", "bias")
+
+
+def _strip_device_suffix(name: str) -> str:
+    return name[:-2] if re.search(r":\d+$", name) else name
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars (from a variable's value) -> Python floats, so configs stay JSON-friendly."""
+    return value if isinstance(value, dict) else float(value)
+
+
+@keras.utils.register_keras_serializable(package="electra_tf")
+class ElectraSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The original's pre-training / fine-tuning learning rate.
+
+    `lr(step) = peak * (1 - min(s, T) / T) ** power * min(1, s / warmup)` with `s = step +
+    start_step`, `T = num_train_steps` and `warmup = max(T * warmup_proportion, warmup_steps)`.
+    With warmup 0 the ramp factor is 1.
+
+    Args:
+      learning_rate: peak learning rate.
+      num_train_steps: T, the step at which the rate reaches 0.
+      warmup_steps: warmup length in steps.
+      warmup_proportion: warmup length as a fraction of T; the larger of the two wins.
+      power: polynomial decay power (the original's `lr_decay_power`).
+      start_step: added to the optimizer's step before evaluating the schedule, for a fresh
+        optimizer that continues a run that already took `start_step` steps.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float,
+        num_train_steps: int,
+        warmup_steps: int = 0,
+        warmup_proportion: float = 0.0,
+        power: float = 1.0,
+        start_step: int = 0,
+    ):
+        if num_train_steps <= 0:
+            raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
+        self.learning_rate = float(learning_rate)
+        self.num_train_steps = int(num_train_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.warmup_proportion = float(warmup_proportion)
+        self.power = float(power)
+        self.start_step = int(start_step)
+
+    @property
+    def warmup(self) -> float:
+        return max(self.num_train_steps * self.warmup_proportion, float(self.warmup_steps))
+
+    def __call__(self, step: Any) -> tf.Tensor:
+        step = tf.cast(step, tf.float32) + float(self.start_step)
+        total = float(self.num_train_steps)
+        decayed = self.learning_rate * tf.pow(1.0 - tf.minimum(step, total) / total, self.power)
+        if self.warmup > 0:
+            decayed *= tf.minimum(1.0, step / self.warmup)
+        return decayed
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "learning_rate": self.learning_rate,
+            "num_train_steps": self.num_train_steps,
+            "warmup_steps": self.warmup_steps,
+            "warmup_proportion": self.warmup_proportion,
+            "power": self.power,
+            "start_step": self.start_step,
+        }
+
+
+@keras.utils.register_keras_serializable(package="electra_tf")
+class AdamWeightDecay(keras.optimizers.Optimizer):
+    """Adam with decoupled weight decay and NO bias correction (the original's optimizer).
+
+    Per variable `p` with gradient `g` (after global-norm clipping of all gradients):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g^2
+        u = m / (sqrt(v) + eps)  (+ weight_decay_rate * p unless the name is excluded)
+        p -= lr_t * lr_multiplier(p) * u
+
+    Clipping uses tf_keras' `global_clipnorm`, which `apply_gradients` applies after it has
+    all-reduced the gradients across replicas, so under tf.distribute the norm is the norm of the
+    global gradient (the same number on every replica). Sparse gradients (embedding lookups) are
+    densified, as the original's dense `m`/`v` update did: every row's moments decay each step.
+
+    Args:
+      learning_rate: float or `LearningRateSchedule` (e.g. `ElectraSchedule`).
+      weight_decay_rate: decoupled decay coefficient (0.01 in pre-training).
+      beta_1, beta_2, epsilon: Adam constants; the original's defaults.
+      exclude_from_weight_decay: substrings of the original name that skip weight decay.
+      clip_norm: global-norm clipping threshold; None disables it.
+      variable_map: original TF1 name -> variable (a model's `variable_map()`); variables not in
+        it fall back to their Keras name (without the ":0" suffix).
+      lr_multipliers: original name -> LR factor (`layerwise_lr_multipliers`); absent -> 1.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float | keras.optimizers.schedules.LearningRateSchedule = 1e-3,
+        weight_decay_rate: float = 0.0,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        exclude_from_weight_decay: Iterable[str] = DEFAULT_WEIGHT_DECAY_EXCLUSIONS,
+        clip_norm: float | None = 1.0,
+        variable_map: Mapping[str, tf.Variable] | None = None,
+        lr_multipliers: Mapping[str, float] | None = None,
+        name: str = "AdamWeightDecay",
+        jit_compile: bool = False,
+        **kwargs: Any,
+    ):
+        kwargs.pop("global_clipnorm", None)
+        kwargs.pop("weight_decay", None)
+        # The base class's own weight decay is disabled: ours is part of the Adam update.
+        super().__init__(
+            name=name,
+            weight_decay=None,
+            global_clipnorm=clip_norm,
+            jit_compile=jit_compile,
+            **kwargs,
+        )
+        self._learning_rate = self._build_learning_rate(learning_rate)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+        self.exclude_from_weight_decay_names = tuple(exclude_from_weight_decay)
+        self.clip_norm = clip_norm
+        self.lr_multipliers = dict(lr_multipliers or {})
+        self._original_names: dict[Any, str] = self._no_dependency({})
+        if variable_map is not None:
+            self.set_variable_map(variable_map)
+
+    # ------------------------------------------------------------------ names
+    def set_variable_map(self, variable_map: Mapping[str, tf.Variable]) -> None:
+        """Registers the original names; call before the first `apply_gradients`."""
+        if getattr(self, "_built", False):
+            raise ValueError("set_variable_map must be called before the optimizer is built")
+        self._original_names.clear()
+        for name, variable in variable_map.items():
+            self._original_names[self._var_key(variable)] = name
+        unknown = set(self.lr_multipliers) - set(variable_map)
+        if unknown:
+            raise ValueError(
+                f"lr_multipliers names variables not in the variable map: {sorted(unknown)[:5]}"
+            )
+
+    def original_name(self, variable: tf.Variable) -> str:
+        return self._original_names.get(
+            self._var_key(variable), _strip_device_suffix(variable.name)
+        )
+
+    def uses_weight_decay(self, variable: tf.Variable) -> bool:
+        if not self.weight_decay_rate:
+            return False
+        name = self.original_name(variable)
+        return not any(part in name for part in self.exclude_from_weight_decay_names)
+
+    def lr_multiplier(self, variable: tf.Variable) -> float:
+        return float(self.lr_multipliers.get(self.original_name(variable), 1.0))
+
+    # ------------------------------------------------------------------ state
+    def build(self, var_list: list[tf.Variable]) -> None:
+        super().build(var_list)
+        if getattr(self, "_built", False):
+            return
+        self._built = True
+        # The original's slot names are `<var>/adam_m` / `<var>/adam_v`; `slot_map()` gives them.
+        self._m = [self.add_variable_from_reference(v, "adam_m") for v in var_list]
+        self._v = [self.add_variable_from_reference(v, "adam_v") for v in var_list]
+        self._slot_names = [self.original_name(v) for v in var_list]
+
+    def slot_map(self) -> dict[str, tf.Variable]:
+        """`<original name>/adam_m` and `/adam_v` -> slot variable (the original's names)."""
+        slots: dict[str, tf.Variable] = {}
+        for name, m, v in zip(self._slot_names, self._m, self._v, strict=True):
+            slots[f"{name}/adam_m"] = m
+            slots[f"{name}/adam_v"] = v
+        return slots
+
+    # ------------------------------------------------------------------ update
+    def update_step(self, gradient: Any, variable: tf.Variable) -> None:
+        index = self._index_dict[self._var_key(variable)]
+        m, v = self._m[index], self._v[index]
+        if isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        gradient = tf.cast(gradient, variable.dtype)
+        lr = tf.cast(self.learning_rate, variable.dtype) * self.lr_multiplier(variable)
+        next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient
+        next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient)
+        update = next_m / (tf.sqrt(next_v) + self.epsilon)
+        if self.uses_weight_decay(variable):
+            # Decoupled decay: added to the Adam direction, scaled by the same (multiplied) LR.
+            update += self.weight_decay_rate * tf.convert_to_tensor(variable)
+        m.assign(next_m)
+        v.assign(next_v)
+        variable.assign_sub(lr * update)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.pop("weight_decay", None)
+        config.pop("global_clipnorm", None)
+        config.update(
+            {
+                "learning_rate": _plain(self._serialize_hyperparameter(self._learning_rate)),
+                "weight_decay_rate": self.weight_decay_rate,
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+                "exclude_from_weight_decay": list(self.exclude_from_weight_decay_names),
+                "clip_norm": self.clip_norm,
+                "lr_multipliers": dict(self.lr_multipliers),
+            }
+        )
+        return config
+
+
+def layerwise_lr_multipliers(
+    variable_map: Mapping[str, Any],
+    n_layers: int,
+    decay: float,
+    fix_top_layer: bool = False,
+) -> dict[str, float]:
+    """The original's `_get_layer_lrs` as a per-variable multiplier: original name -> factor.
+
+    Depth 0: names containing "/embeddings/" or "/embeddings_project/" (with the leading slash,
+    so "electra/embeddings/..." matches, as in the original); depth i+1: "encoder/layer_i/";
+    depth L+2: "task_specific/". Factor = decay ** (L + 2 - depth): the top transformer layer gets
+    decay**2, the original's acknowledged off-by-one (issue #51), kept unless `fix_top_layer`,
+    which uses decay ** (L + 1 - depth) for every layer (head x1, top layer x decay).
+
+    Raises ValueError naming a variable that matches no key (as the original) or several.
+    """
+    depths: dict[str, int] = {"/embeddings/": 0, "/embeddings_project/": 0}
+    for i in range(n_layers):
+        depths[f"encoder/layer_{i}/"] = i + 1
+    depths["task_specific/"] = n_layers + 2
+    top = n_layers + 2
+    multipliers: dict[str, float] = {}
+    for name in variable_map:
+        keys = [key for key in depths if key in name]
+        if not keys:
+            raise ValueError(f"No layer-wise learning rate for variable {name!r}")
+        if len(keys) > 1:
+            raise ValueError(f"Variable {name!r} matches several layer keys: {keys}")
+        depth = depths[keys[0]]
+        if fix_top_layer and depth != top:
+            depth += 1
+        multipliers[name] = float(decay ** (top - depth))
+    return multipliers
+
+
+def create_optimizer(
+    variable_map: Mapping[str, tf.Variable],
+    learning_rate: float,
+    num_train_steps: int,
+    weight_decay_rate: float = 0.0,
+    warmup_steps: int = 0,
+    warmup_proportion: float = 0,
+    lr_decay_power: float = 1.0,
+    layerwise_lr_decay_power: float = -1,
+    n_transformer_layers: int | None = None,
+    fix_layerwise_top_layer: bool = False,
+    start_step: int = 0,
+) -> AdamWeightDecay:
+    """The original's `create_optimizer`, returning the optimizer instead of a train op.
+
+    Clipping (global norm 1.0) happens inside the optimizer. `layerwise_lr_decay_power > 0`
+    turns on layer-wise LR decay and needs `n_transformer_layers`.
+    """
+    schedule = ElectraSchedule(
+        learning_rate,
+        num_train_steps,
+        warmup_steps=warmup_steps,
+        warmup_proportion=warmup_proportion,
+        power=lr_decay_power,
+        start_step=start_step,
+    )
+    multipliers = None
+    if layerwise_lr_decay_power > 0:
+        if n_transformer_layers is None:
+            raise ValueError("layerwise_lr_decay_power > 0 needs n_transformer_layers")
+        multipliers = layerwise_lr_multipliers(
+            variable_map,
+            n_transformer_layers,
+            layerwise_lr_decay_power,
+            fix_top_layer=fix_layerwise_top_layer,
+        )
+    return AdamWeightDecay(
+        learning_rate=schedule,
+        weight_decay_rate=weight_decay_rate,
+        variable_map=variable_map,
+        lr_multipliers=multipliers,
+    )

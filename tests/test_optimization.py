@@ -1,0 +1,371 @@
+"""AdamWeightDecay, ElectraSchedule and layer-wise LR decay against independent references.
+
+References: a NumPy re-derivation of the original's formulas, TF's own `ApplyAdam` kernel with
+the bias-correction powers set to 0 (which turns its bias correction off), and Keras'
+`PolynomialDecay` for the post-warmup part of the schedule. Model Garden's AdamWeightDecay is not
+a reference: it applies bias correction, which the original does not.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.optimization import (
+    AdamWeightDecay,
+    ElectraSchedule,
+    create_optimizer,
+    layerwise_lr_multipliers,
+)
+
+B1, B2, EPS = 0.9, 0.999, 1e-6
+
+
+def numpy_adamw(params, grads_per_step, lrs, wd, decayed, multipliers, clip=1.0):
+    """The original's AdamWeightDecayOptimizer + clip_by_global_norm, in NumPy (float64)."""
+    params = [p.astype(np.float64).copy() for p in params]
+    ms = [np.zeros_like(p) for p in params]
+    vs = [np.zeros_like(p) for p in params]
+    for grads, lr in zip(grads_per_step, lrs, strict=True):
+        grads = [g.astype(np.float64) for g in grads]
+        norm = np.sqrt(sum(np.sum(g * g) for g in grads))
+        if clip is not None and norm > clip:
+            grads = [g * clip / norm for g in grads]
+        for i, g in enumerate(grads):
+            ms[i] = B1 * ms[i] + (1 - B1) * g
+            vs[i] = B2 * vs[i] + (1 - B2) * g * g
+            update = ms[i] / (np.sqrt(vs[i]) + EPS)
+            if decayed[i]:
+                update = update + wd * params[i]
+            params[i] = params[i] - lr * multipliers[i] * update
+    return params, ms, vs
+
+
+def _problem(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(3, 4), (4,), (4,), (2, 2)]
+    params = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    # Norm well above 1 so that clipping is active on every step.
+    grads = [[rng.normal(scale=3.0, size=s).astype(np.float32) for s in shapes] for _ in range(4)]
+    return params, grads
+
+
+def _variables(params):
+    # Keras names deliberately differ from the original names: decisions must use the latter.
+    return [tf.Variable(p, name=f"keras_var_{i}") for i, p in enumerate(params)]
+
+
+def test_several_steps_match_numpy_with_clipping_decay_and_multipliers():
+    params, grads = _problem()
+    variables = _variables(params)
+    variable_map = {
+        "electra/encoder/layer_0/intermediate/dense/kernel": variables[0],  # decayed
+        "electra/encoder/layer_0/intermediate/dense/bias": variables[1],  # "bias": not decayed
+        "electra/encoder/layer_0/output/LayerNorm/gamma": variables[2],  # not decayed
+        # variables[3] is absent: falls back to its Keras name "keras_var_3" (decayed).
+    }
+    multipliers = {"electra/encoder/layer_0/intermediate/dense/kernel": 0.5}
+    wd = 0.1
+    optimizer = AdamWeightDecay(
+        learning_rate=0.01,
+        weight_decay_rate=wd,
+        variable_map=variable_map,
+        lr_multipliers=multipliers,
+    )
+    for step_grads in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
+    expected, ms, vs = numpy_adamw(
+        params, grads, [0.01] * 4, wd, [True, False, False, True], [0.5, 1, 1, 1]
+    )
+    for var, want in zip(variables, expected, strict=True):
+        np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-6)
+    unclipped, _, _ = numpy_adamw(
+        params, grads, [0.01] * 4, wd, [True, False, False, True], [0.5, 1, 1, 1], clip=None
+    )
+    assert np.max(np.abs(unclipped[0] - expected[0])) > 1e-4  # clipping changed the result
+    assert optimizer.iterations.numpy() == 4
+    slots = optimizer.slot_map()
+    np.testing.assert_allclose(
+        slots["electra/encoder/layer_0/intermediate/dense/kernel/adam_m"].numpy(), ms[0], rtol=1e-5
+    )
+    np.testing.assert_allclose(slots["keras_var_3/adam_v"].numpy(), vs[3], rtol=1e-5)
+
+
+def test_schedule_drives_the_step_size():
+    params, grads = _problem(1)
+    variables = _variables(params)
+    schedule = ElectraSchedule(1e-2, num_train_steps=10, warmup_steps=2)
+    optimizer = AdamWeightDecay(learning_rate=schedule, weight_decay_rate=0.01)
+    for step_grads in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
+    # The schedule is read at the step BEFORE the increment, as the original's global_step:
+    # the first update has lr 0.
+    lrs = [float(schedule(s)) for s in range(4)]
+    assert lrs[0] == 0.0
+    expected, _, _ = numpy_adamw(params, grads, lrs, 0.01, [True] * 4, [1] * 4)
+    for var, want in zip(variables, expected, strict=True):
+        np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_matches_tf_apply_adam_with_bias_correction_switched_off():
+    params, grads = _problem(2)
+    variables = _variables(params)
+    optimizer = AdamWeightDecay(learning_rate=0.05, weight_decay_rate=0.0, clip_norm=None)
+    reference = [tf.Variable(p) for p in params]
+    ref_m = [tf.Variable(tf.zeros_like(p)) for p in params]
+    ref_v = [tf.Variable(tf.zeros_like(p)) for p in params]
+    for step_grads in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
+        for var, m, v, g in zip(reference, ref_m, ref_v, step_grads, strict=True):
+            # beta1_power = beta2_power = 0 makes ApplyAdam's lr_t = lr * sqrt(1-0) / (1-0) = lr.
+            tf.raw_ops.ResourceApplyAdam(
+                var=var.handle,
+                m=m.handle,
+                v=v.handle,
+                beta1_power=0.0,
+                beta2_power=0.0,
+                lr=0.05,
+                beta1=B1,
+                beta2=B2,
+                epsilon=EPS,
+                grad=g,
+            )
+    # ApplyAdam rearranges the moment updates (m += (g - m) * (1 - b1)): float32 rounding only.
+    for var, ref in zip(variables, reference, strict=True):
+        np.testing.assert_allclose(var.numpy(), ref.numpy(), rtol=1e-5, atol=2e-5)
+
+
+def test_sparse_gradients_are_densified_like_the_original():
+    table = tf.Variable(np.ones((5, 3), np.float32), name="table")
+    optimizer = AdamWeightDecay(
+        learning_rate=0.1,
+        clip_norm=None,
+        variable_map={"electra/embeddings/word_embeddings": table},
+    )
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(table, [1, 1, 3]))  # [3, 3]
+    (grad,) = tape.gradient(loss, [table])
+    assert isinstance(grad, tf.IndexedSlices)
+    optimizer.apply_gradients([(grad, table)])
+    dense = np.zeros((5, 3))
+    dense[1] = 2.0
+    dense[3] = 1.0
+    expected, _, _ = numpy_adamw([np.ones((5, 3))], [[dense]], [0.1], 0.0, [False], [1], clip=None)
+    np.testing.assert_allclose(table.numpy(), expected[0], rtol=1e-5)
+
+
+def test_checkpoint_round_trip_continues_identically():
+    params, grads = _problem(3)
+
+    def run(variables, optimizer, step_grads_list):
+        for step_grads in step_grads_list:
+            optimizer.apply_gradients(
+                zip([tf.constant(g) for g in step_grads], variables, strict=True)
+            )
+
+    straight = _variables(params)
+    opt = AdamWeightDecay(learning_rate=ElectraSchedule(0.01, 10, warmup_steps=1))
+    run(straight, opt, grads)
+
+    first = _variables(params)
+    opt1 = AdamWeightDecay(learning_rate=ElectraSchedule(0.01, 10, warmup_steps=1))
+    run(first, opt1, grads[:2])
+    ckpt_dir = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"opt_ckpt_{os.getpid()}")
+    path = tf.train.Checkpoint(vars=first, optimizer=opt1).write(os.path.join(ckpt_dir, "c"))
+
+    second = _variables([np.zeros_like(p) for p in params])
+    opt2 = AdamWeightDecay(learning_rate=ElectraSchedule(0.01, 10, warmup_steps=1))
+    opt2.build(second)  # slots must exist for the restore to fill them
+    tf.train.Checkpoint(vars=second, optimizer=opt2).read(path).assert_consumed()
+    assert opt2.iterations.numpy() == 2
+    run(second, opt2, grads[2:])
+    for a, b in zip(straight, second, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+def test_model_compile_and_fit():
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Dense(1, name="head")(inputs)
+    model = keras.Model(inputs, outputs)
+    kernel, bias = model.layers[1].kernel, model.layers[1].bias
+    optimizer = AdamWeightDecay(
+        learning_rate=0.01,
+        weight_decay_rate=0.01,
+        variable_map={"task_specific/t/dense/kernel": kernel, "task_specific/t/dense/bias": bias},
+    )
+    model.compile(optimizer=optimizer, loss="mse")
+    x = np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32)
+    y = x.sum(axis=1, keepdims=True)
+    before = [kernel.numpy(), bias.numpy()]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    step_grads = [g.numpy() for g in tape.gradient(loss, [kernel, bias])]
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    expected, _, _ = numpy_adamw(before, [step_grads], [0.01], 0.01, [True, False], [1, 1])
+    np.testing.assert_allclose(kernel.numpy(), expected[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(bias.numpy(), expected[1], rtol=1e-4, atol=1e-6)
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert isinstance(restored, AdamWeightDecay)
+    assert restored.weight_decay_rate == 0.01 and restored.epsilon == EPS
+
+
+def test_loss_scale_optimizer_wrapping_gives_the_same_step():
+    params, grads = _problem(4)
+    plain_vars, scaled_vars = _variables(params), _variables(params)
+    plain = AdamWeightDecay(learning_rate=0.01, weight_decay_rate=0.01)
+    wrapped = keras.mixed_precision.LossScaleOptimizer(
+        AdamWeightDecay(learning_rate=0.01, weight_decay_rate=0.01), dynamic=False, initial_scale=8
+    )
+    targets = [tf.constant(g) for g in grads[0]]
+    for variables, optimizer in ((plain_vars, plain), (scaled_vars, wrapped)):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(v * t) for v, t in zip(variables, targets, strict=True)])
+        optimizer.minimize(loss, variables, tape=tape)
+    for a, b in zip(plain_vars, scaled_vars, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    assert wrapped.iterations.numpy() == 1
+
+
+def test_schedule_hand_values():
+    schedule = ElectraSchedule(1.0, num_train_steps=100, warmup_steps=10)
+    values = {s: float(schedule(s)) for s in (0, 5, 10, 50, 100, 150)}
+    # step 5: warmup factor 0.5 times the (overlapping) linear decay 0.95.
+    expected = {0: 0.0, 5: 0.5 * 0.95, 10: 0.9, 50: 0.5, 100: 0.0, 150: 0.0}
+    for step, want in expected.items():
+        assert values[step] == pytest.approx(want, abs=1e-7), step
+    # warmup = max(T * proportion, warmup_steps) = 20.
+    assert float(ElectraSchedule(1.0, 100, 10, 0.2)(5)) == pytest.approx(0.25 * 0.95)
+    assert float(ElectraSchedule(1.0, 100, power=2.0)(50)) == pytest.approx(0.25)
+    assert float(ElectraSchedule(1.0, 100, 10, start_step=5)(0)) == pytest.approx(0.475)
+    assert float(ElectraSchedule(2e-4, 100)(0)) == pytest.approx(2e-4)  # no warmup: no ramp
+
+
+def test_schedule_after_warmup_equals_keras_polynomial_decay_and_round_trips():
+    schedule = ElectraSchedule(5e-4, num_train_steps=1000, warmup_steps=100, power=1.5)
+    reference = keras.optimizers.schedules.PolynomialDecay(5e-4, 1000, 0.0, power=1.5)
+    for step in (100, 250, 777, 1000):
+        assert float(schedule(step)) == pytest.approx(float(reference(step)), rel=1e-5)
+    restored = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule)
+    )
+    assert restored.get_config() == schedule.get_config()
+
+
+def _encoder_names(n_layers, scope="electra"):
+    names = [f"{scope}/embeddings/word_embeddings", f"{scope}/embeddings/LayerNorm/gamma"]
+    names.append(f"{scope}/embeddings_project/kernel")
+    for i in range(n_layers):
+        names.append(f"{scope}/encoder/layer_{i}/attention/self/query/kernel")
+        names.append(f"{scope}/encoder/layer_{i}/output/LayerNorm/beta")
+    names.append("task_specific/sst/dense/kernel")
+    return {name: None for name in names}
+
+
+def test_layerwise_multipliers_as_the_original():
+    mult = layerwise_lr_multipliers(_encoder_names(12), n_layers=12, decay=0.8)
+    assert mult["task_specific/sst/dense/kernel"] == pytest.approx(1.0)
+    assert mult["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.64)
+    assert mult["electra/encoder/layer_1/output/LayerNorm/beta"] == pytest.approx(0.8**12)
+    assert mult["electra/encoder/layer_0/output/LayerNorm/beta"] == pytest.approx(0.8**13)
+    assert mult["electra/embeddings/word_embeddings"] == pytest.approx(0.8**14)
+    assert mult["electra/embeddings_project/kernel"] == pytest.approx(0.8**14)
+
+
+def test_layerwise_multipliers_fixed_top_layer():
+    mult = layerwise_lr_multipliers(_encoder_names(12), 12, 0.8, fix_top_layer=True)
+    assert mult["task_specific/sst/dense/kernel"] == pytest.approx(1.0)
+    assert mult["electra/encoder/layer_11/attention/self/query/kernel"] == pytest.approx(0.8)
+    assert mult["electra/encoder/layer_0/output/LayerNorm/beta"] == pytest.approx(0.8**12)
+    assert mult["electra/embeddings/word_embeddings"] == pytest.approx(0.8**13)
+
+
+def test_layerwise_unmatched_name_is_an_error_naming_it():
+    names = _encoder_names(2)
+    names["discriminator_predictions/dense/kernel"] = None
+    with pytest.raises(ValueError, match="discriminator_predictions/dense/kernel"):
+        layerwise_lr_multipliers(names, 2, 0.8)
+    # Without the leading scope the original's "/embeddings/" key does not match either.
+    with pytest.raises(ValueError, match="'embeddings/word_embeddings'"):
+        layerwise_lr_multipliers({"embeddings/word_embeddings": None}, 2, 0.8)
+
+
+def test_create_optimizer_wires_schedule_decay_and_multipliers():
+    kernel = tf.Variable(tf.ones((2, 2)))
+    head = tf.Variable(tf.ones((2,)))
+    variable_map = {
+        "electra/encoder/layer_0/output/dense/kernel": kernel,
+        "task_specific/sst/dense/bias": head,
+    }
+    optimizer = create_optimizer(
+        variable_map,
+        1e-4,
+        num_train_steps=100,
+        weight_decay_rate=0.01,
+        warmup_proportion=0.1,
+        layerwise_lr_decay_power=0.5,
+        n_transformer_layers=1,
+    )
+    assert optimizer.lr_multiplier(kernel) == pytest.approx(0.25)
+    assert optimizer.lr_multiplier(head) == pytest.approx(1.0)
+    assert optimizer.uses_weight_decay(kernel) and not optimizer.uses_weight_decay(head)
+    assert float(optimizer._learning_rate(5)) == pytest.approx(1e-4 * 0.5 * 0.95)
+    with pytest.raises(ValueError, match="n_transformer_layers"):
+        create_optimizer(variable_map, 1e-4, 100, layerwise_lr_decay_power=0.8)
+
+
+MIRRORED_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from electra_tf.optimization import AdamWeightDecay
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        var = tf.Variable([1.0, -2.0, 3.0])
+        opt = AdamWeightDecay(0.1, weight_decay_rate=0.01, variable_map={"w/kernel": var})
+    grads = tf.constant(%r, tf.float32)  # [steps, replicas, 3]
+
+    @tf.function
+    def step(i):
+        def fn():
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            opt.apply_gradients([(grads[i, rid], var)])
+        strategy.run(fn)
+
+    for i in range(2):
+        step(tf.constant(i))
+    print("RESULT", ",".join(repr(float(x)) for x in var.numpy()))
+    """
+)
+# Two steps whose per-replica norms differ, so clipping before vs after the sum changes Adam's
+# direction on the second step.
+REPLICA_GRADS = [[[3.0, 0.0, 4.0], [0.0, 2.0, -1.0]], [[0.1, 0.1, 0.1], [1.0, -1.0, 0.1]]]
+
+
+def test_clipping_is_global_after_the_cross_replica_sum():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root
+    script = MIRRORED_SCRIPT % (REPLICA_GRADS,)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT")][0]
+    got = np.array([float(x) for x in line.split()[1].split(",")])
+    start = [np.array([1.0, -2.0, 3.0])]
+    summed = [[np.sum(np.array(step), axis=0)] for step in REPLICA_GRADS]
+    expected, _, _ = numpy_adamw(start, summed, [0.1, 0.1], 0.01, [True], [1])
+    np.testing.assert_allclose(got, expected[0], rtol=1e-5)
+    # The test can tell the orders apart: clipping each replica's gradient first differs.
+    per_replica = [
+        [sum(np.array(g) * min(1.0, 1.0 / np.linalg.norm(g)) for g in step)]
+        for step in REPLICA_GRADS
+    ]
+    wrong, _, _ = numpy_adamw(start, per_replica, [0.1, 0.1], 0.01, [True], [1])
+    assert np.max(np.abs(wrong[0] - expected[0])) > 1e-3
