@@ -1,0 +1,310 @@
+"""The Hugging Face layout of ELECTRA weights: names, configs and safetensors directories.
+
+This module is the ONE place where original TF1 names (ORIGINAL.md section 5, the keys of every
+`variable_map()`) meet Hugging Face's PyTorch state-dict names (transformers'
+`modeling_electra.py`). An export is a directory with two model folders:
+
+    <dir>/discriminator/{config.json, model.safetensors}   ElectraForPreTraining
+    <dir>/generator/{config.json, model.safetensors}       ElectraForMaskedLM
+
+Name map (i = layer index; "T" = the kernel is transposed, since torch Linear stores [out, in]):
+
+| original (TF1)                                      | HF folder     | HF name                                        |
+| --------------------------------------------------- | ------------- | ---------------------------------------------- |
+| electra/embeddings/{word,position,token_type}_embeddings | both (tied) | electra.embeddings.{...}_embeddings.weight   |
+| electra/embeddings/LayerNorm/{gamma,beta}           | both (tied)   | electra.embeddings.LayerNorm.{weight,bias}     |
+| generator/embeddings/... (untied_generator_embeddings) | generator  | electra.embeddings....                         |
+| electra/embeddings_project/{kernel,bias}            | discriminator | electra.embeddings_project.{weight T,bias}     |
+| electra/encoder/layer_i/<path>/{kernel,bias}        | discriminator | electra.encoder.layer.i.<path>.{weight T,bias} |
+| electra/encoder/layer_i/<path>/LayerNorm/{gamma,beta} | discriminator | electra.encoder.layer.i.<path>.LayerNorm.{weight,bias} |
+| discriminator_predictions/dense/{kernel,bias}       | discriminator | discriminator_predictions.dense.{weight T,bias} |
+| discriminator_predictions/dense_1/{kernel,bias}     | discriminator | discriminator_predictions.dense_prediction.{weight T,bias} |
+| generator/embeddings_project/{kernel,bias}          | generator     | electra.embeddings_project.{weight T,bias}     |
+| generator/encoder/layer_i/...                       | generator     | electra.encoder.layer.i.... (as above)         |
+| generator_predictions/dense/{kernel,bias}           | generator     | generator_predictions.dense.{weight T,bias}    |
+| generator_predictions/LayerNorm/{gamma,beta}        | generator     | generator_predictions.LayerNorm.{weight,bias}  |
+| generator_predictions/output_bias                   | generator     | generator_lm_head.bias                         |
+| (tied to electra/embeddings/word_embeddings)        | generator     | generator_lm_head.weight (not written)         |
+
+<path> is one of attention/self/{query,key,value}, attention/output/dense, intermediate/dense,
+output/dense (and attention/output, output for the LayerNorms). Fine-tuning heads
+(`task_specific/...`) have no HF counterpart and are not exported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from electra_tf import safetensors_io
+from electra_tf.config import ModelConfig
+
+DISCRIMINATOR = "discriminator"
+GENERATOR = "generator"
+ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining", GENERATOR: "ElectraForMaskedLM"}
+# HF keys with no original counterpart: a position-id buffer older transformers saved, and the
+# generator's output matrix, which is the word-embedding table itself.
+HF_IGNORED = ("electra.embeddings.position_ids",)
+HF_TIED_OUTPUT = "generator_lm_head.weight"
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+_EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+
+
+class HFFormatError(ValueError):
+    """A Hugging Face directory that cannot be read or written; the message names the file."""
+
+
+# Every pre-training variable name of ORIGINAL.md 5.1-5.3 (fine-tuning heads are `task_specific/`).
+_MODEL_VARIABLE = re.compile(
+    r"(electra|generator)/embeddings/"
+    r"(word_embeddings|position_embeddings|token_type_embeddings|LayerNorm/(gamma|beta))"
+    r"|(electra|generator)/embeddings_project/(kernel|bias)"
+    r"|(electra|generator)/encoder/layer_\d+/"
+    r"((attention/self/(query|key|value)|attention/output/dense|intermediate/dense|output/dense)"
+    r"/(kernel|bias)|(attention/output|output)/LayerNorm/(gamma|beta))"
+    r"|discriminator_predictions/(dense|dense_1)/(kernel|bias)"
+    r"|generator_predictions/(dense/(kernel|bias)|LayerNorm/(gamma|beta)|output_bias)"
+)
+
+
+def is_model_variable(original_name: str) -> bool:
+    """Whether `original_name` is a pre-training model variable of the original layout."""
+    return _MODEL_VARIABLE.fullmatch(original_name) is not None
+
+
+def is_kernel(original_name: str) -> bool:
+    """Dense kernels are the only tensors whose HF layout is transposed."""
+    return original_name.endswith("/kernel")
+
+
+def _leaf_to_hf(path: str) -> str:
+    """`a/b/LayerNorm/gamma` -> `a.b.LayerNorm.weight`, `.../kernel` -> `....weight`, etc."""
+    parts = path.split("/")
+    leaf = parts[-1]
+    if leaf in _EMBEDDING_TABLES:
+        parts.append("weight")
+    else:
+        parts[-1] = {"kernel": "weight", "gamma": "weight", "beta": "bias"}.get(leaf, leaf)
+    name = ".".join(parts)
+    return re.sub(r"\blayer_(\d+)\b", r"layer.\1", name)
+
+
+def _leaf_from_hf(name: str) -> str:
+    parts = name.split(".")
+    leaf = parts.pop()
+    path = re.sub(r"\blayer/(\d+)\b", r"layer_\1", "/".join(parts))
+    if parts and parts[-1] in _EMBEDDING_TABLES and leaf == "weight":
+        return path
+    if parts and parts[-1] == "LayerNorm":
+        return f"{path}/{'gamma' if leaf == 'weight' else 'beta'}"
+    return f"{path}/{'kernel' if leaf == 'weight' else leaf}"
+
+
+def to_hf(original_name: str) -> list[tuple[str, str]]:
+    """(HF folder, HF name) pairs for one original name; the shared embeddings go to both."""
+    if original_name.startswith("electra/embeddings/"):
+        name = "electra." + _leaf_to_hf(original_name[len("electra/") :])
+        return [(DISCRIMINATOR, name), (GENERATOR, name)]
+    if original_name.startswith("electra/"):
+        return [(DISCRIMINATOR, "electra." + _leaf_to_hf(original_name[len("electra/") :]))]
+    if original_name.startswith("discriminator_predictions/dense_1/"):
+        leaf = original_name.rsplit("/", 1)[1]
+        return [(DISCRIMINATOR, _leaf_to_hf(f"discriminator_predictions/dense_prediction/{leaf}"))]
+    if original_name.startswith("discriminator_predictions/"):
+        return [(DISCRIMINATOR, _leaf_to_hf(original_name))]
+    if original_name.startswith("generator/"):
+        return [(GENERATOR, "electra." + _leaf_to_hf(original_name[len("generator/") :]))]
+    if original_name == "generator_predictions/output_bias":
+        return [(GENERATOR, "generator_lm_head.bias")]
+    if original_name.startswith("generator_predictions/"):
+        return [(GENERATOR, _leaf_to_hf(original_name))]
+    return []
+
+
+def from_hf(folder: str, hf_name: str, untied_generator_embeddings: bool = False) -> str | None:
+    """The original name of an HF tensor, or None for the keys listed in HF_IGNORED."""
+    if hf_name in HF_IGNORED or hf_name == HF_TIED_OUTPUT:
+        return None
+    if folder == GENERATOR:
+        if hf_name == "generator_lm_head.bias":
+            return "generator_predictions/output_bias"
+        if hf_name.startswith("electra.embeddings."):
+            scope = "generator" if untied_generator_embeddings else "electra"
+            return f"{scope}/" + _leaf_from_hf(hf_name[len("electra.") :])
+        if hf_name.startswith("electra."):
+            return "generator/" + _leaf_from_hf(hf_name[len("electra.") :])
+        return _leaf_from_hf(hf_name)
+    if hf_name.startswith("discriminator_predictions.dense_prediction."):
+        leaf = hf_name.rsplit(".", 1)[1]
+        return "discriminator_predictions/dense_1/" + ("kernel" if leaf == "weight" else leaf)
+    return _leaf_from_hf(hf_name)
+
+
+# ------------------------------------------------------------------------------- configs
+def config_dict(model_config: ModelConfig, architecture: str) -> dict[str, Any]:
+    """transformers' ElectraConfig fields for one network."""
+    return {
+        "architectures": [architecture],
+        "model_type": "electra",
+        "vocab_size": model_config.vocab_size,
+        "embedding_size": model_config.embedding_width,
+        "hidden_size": model_config.hidden_size,
+        "num_hidden_layers": model_config.num_hidden_layers,
+        "num_attention_heads": model_config.num_attention_heads,
+        "intermediate_size": model_config.intermediate_size,
+        "hidden_act": model_config.hidden_act,
+        "hidden_dropout_prob": model_config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": model_config.attention_probs_dropout_prob,
+        "max_position_embeddings": model_config.max_position_embeddings,
+        "type_vocab_size": model_config.type_vocab_size,
+        "initializer_range": model_config.initializer_range,
+        "layer_norm_eps": 1e-12,
+    }
+
+
+def model_config_from_dict(values: Mapping[str, Any], where: str) -> ModelConfig:
+    """A ModelConfig from an HF config.json (absent fields take ElectraConfig's defaults)."""
+    if values.get("model_type", "electra") != "electra":
+        raise HFFormatError(f"{where}: model_type {values.get('model_type')!r} is not 'electra'")
+    defaults = {  # transformers' ElectraConfig defaults (the small discriminator)
+        "vocab_size": 30522,
+        "embedding_size": 128,
+        "hidden_size": 256,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 4,
+        "intermediate_size": 1024,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+    }
+    args = {key: values.get(key, default) for key, default in defaults.items()}
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        raise HFFormatError(f"{where}: only absolute position embeddings exist in ELECTRA")
+    return ModelConfig(**args)
+
+
+# ------------------------------------------------------------------------------- folders
+def _folder_tensors(folder_path: str) -> dict[str, np.ndarray]:
+    single = os.path.join(folder_path, WEIGHTS_FILE)
+    index = single + ".index.json"
+    if os.path.exists(single):
+        return safetensors_io.load_file(single)
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map", {})
+        tensors: dict[str, np.ndarray] = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(safetensors_io.load_file(os.path.join(folder_path, shard)))
+        return tensors
+    if os.path.exists(os.path.join(folder_path, "pytorch_model.bin")):
+        raise HFFormatError(
+            f"{folder_path}: only pytorch_model.bin (a torch pickle) is present; re-save it as "
+            "safetensors where torch is installed: "
+            "`AutoModel...from_pretrained(d).save_pretrained(d, safe_serialization=True)`"
+        )
+    raise HFFormatError(f"{folder_path}: no {WEIGHTS_FILE} (or sharded index) found")
+
+
+def folders(path: str) -> dict[str, str]:
+    """{"discriminator"/"generator": folder} found at `path` (an export or a single HF model)."""
+    found = {
+        part: os.path.join(path, part)
+        for part in (DISCRIMINATOR, GENERATOR)
+        if os.path.exists(os.path.join(path, part, CONFIG_FILE))
+    }
+    if found:
+        return found
+    config_path = os.path.join(path, CONFIG_FILE)
+    if not os.path.exists(config_path):
+        raise HFFormatError(
+            f"{path}: neither discriminator/{CONFIG_FILE}, generator/{CONFIG_FILE} "
+            f"nor {CONFIG_FILE} found"
+        )
+    with open(config_path, encoding="utf-8") as f:
+        architectures = json.load(f).get("architectures") or ["ElectraForPreTraining"]
+    part = GENERATOR if "ElectraForMaskedLM" in architectures else DISCRIMINATOR
+    return {part: path}
+
+
+def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
+    """Weights by original name, the ModelConfig per folder, and the HF keys left unused.
+
+    With both folders, the generator's embeddings are the shared ones when they equal the
+    discriminator's bit for bit (a tied export); otherwise they become `generator/embeddings/*`.
+    """
+    weights: dict[str, np.ndarray] = {}
+    configs: dict[str, ModelConfig] = {}
+    unused: list[str] = []
+    tensors_by_part = {}
+    for part, folder in folders(path).items():
+        with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
+            configs[part] = model_config_from_dict(json.load(f), os.path.join(folder, CONFIG_FILE))
+        tensors_by_part[part] = _folder_tensors(folder)
+    untied = False
+    if DISCRIMINATOR in tensors_by_part and GENERATOR in tensors_by_part:
+        disc, gen = tensors_by_part[DISCRIMINATOR], tensors_by_part[GENERATOR]
+        shared = [k for k in disc if k.startswith("electra.embeddings.") and k not in HF_IGNORED]
+        untied = any(k not in gen or not np.array_equal(disc[k], gen[k]) for k in shared)
+    for part, tensors in tensors_by_part.items():
+        for hf_name, value in tensors.items():
+            if hf_name == HF_TIED_OUTPUT:
+                word = tensors.get("electra.embeddings.word_embeddings.weight")
+                if word is None or not np.array_equal(word, value):
+                    raise HFFormatError(
+                        f"{path}/{part}: {HF_TIED_OUTPUT} differs from the word embeddings; "
+                        "ELECTRA ties the generator's output matrix to them"
+                    )
+                continue
+            name = from_hf(part, hf_name, untied_generator_embeddings=untied)
+            if name is None:
+                continue
+            if not is_model_variable(name) or (part, hf_name) not in to_hf(name):
+                unused.append(f"{part}/{hf_name}")
+                continue
+            weights[name] = value.T if is_kernel(name) else value
+    return weights, configs, unused
+
+
+def write(
+    weights: Mapping[str, np.ndarray], path: str, configs: Mapping[str, ModelConfig]
+) -> list[str]:
+    """Writes one HF folder per entry of `configs` under `path` (which must already exist).
+
+    A discriminator folder without `discriminator_predictions/*` is a bare `ElectraModel`.
+    Returns the names that have no HF counterpart (fine-tuning heads), which are not written.
+    """
+    untied = "generator/embeddings/word_embeddings" in weights
+    per_part: dict[str, dict[str, np.ndarray]] = {part: {} for part in configs}
+    dropped = []
+    for name, value in weights.items():
+        targets = to_hf(name)
+        if not targets:
+            dropped.append(name)
+        if untied and name.startswith("electra/embeddings/"):
+            targets = [(DISCRIMINATOR, t) for p, t in targets if p == DISCRIMINATOR]
+        for part, hf_name in targets:
+            if part in per_part:
+                array = np.asarray(value)
+                per_part[part][hf_name] = np.ascontiguousarray(
+                    array.T if is_kernel(name) else array
+                )
+    for part, tensors in per_part.items():
+        architecture = ARCHITECTURES[part]
+        if part == DISCRIMINATOR and "discriminator_predictions.dense.weight" not in tensors:
+            architecture = "ElectraModel"
+        folder = os.path.join(path, part)
+        os.makedirs(folder, exist_ok=True)
+        safetensors_io.save_file(tensors, os.path.join(folder, WEIGHTS_FILE), {"format": "pt"})
+        with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(config_dict(configs[part], architecture), f, indent=2, sort_keys=True)
+            f.write("\n")
+    return sorted(dropped)

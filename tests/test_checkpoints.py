@@ -1,0 +1,316 @@
+"""Checkpoint interop: safetensors bytes, the HF name map, original TF1 checkpoints written
+from scratch with tf.compat.v1, config inference, round trips through every format."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf import checkpoints, hf, safetensors_io
+from electra_tf.checkpoints import CheckpointError
+
+
+# ------------------------------------------------------------------------------ safetensors
+def _hand_built(header: dict, payload: bytes) -> bytes:
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + payload
+
+
+def test_safetensors_reads_hand_built_bytes(tmp_path):
+    a = np.array([[1.5, -2.0, 3.25]], dtype="<f4")  # [1, 3]
+    b = np.array([7, -8], dtype="<i8")
+    payload = a.tobytes() + b.tobytes()
+    header = {
+        "__metadata__": {"format": "pt"},
+        "a": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]},
+        "b": {"dtype": "I64", "shape": [2], "data_offsets": [12, 28]},
+    }
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(_hand_built(header, payload))
+    tensors, metadata = safetensors_io.load_file_with_metadata(str(path))
+    assert metadata == {"format": "pt"}
+    np.testing.assert_array_equal(tensors["a"], [[1.5, -2.0, 3.25]])
+    np.testing.assert_array_equal(tensors["b"], [7, -8])
+    assert tensors["a"].dtype == np.float32 and tensors["b"].dtype == np.int64
+
+
+def test_safetensors_writes_the_exact_layout(tmp_path):
+    path = tmp_path / "y.safetensors"
+    safetensors_io.save_file(
+        {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.array(1.0, np.float16)},
+        str(path),
+        {"format": "pt"},
+    )
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0  # header padded so tensor data is 8-byte aligned
+    header = json.loads(raw[8 : 8 + n])
+    assert header["__metadata__"] == {"format": "pt"}
+    # Sorted by name: "s" (2 bytes of F16) comes first, then "w".
+    assert header["s"] == {"dtype": "F16", "shape": [], "data_offsets": [0, 2]}
+    assert header["w"] == {"dtype": "F32", "shape": [2, 3], "data_offsets": [2, 26]}
+    data = raw[8 + n :]
+    assert data[:2] == np.float16(1.0).tobytes()
+    assert data[2:] == struct.pack("<6f", 0, 1, 2, 3, 4, 5)
+
+
+def test_safetensors_bf16_round_trip(tmp_path):
+    import ml_dtypes
+
+    value = np.array([1.0, -0.5, 3.0], dtype=ml_dtypes.bfloat16)
+    safetensors_io.save_file({"v": value}, str(tmp_path / "b.safetensors"))
+    loaded = safetensors_io.load_file(str(tmp_path / "b.safetensors"))["v"]
+    assert loaded.dtype == value.dtype
+    np.testing.assert_array_equal(loaded.astype(np.float32), [1.0, -0.5, 3.0])
+
+
+@pytest.mark.parametrize(
+    "header, payload, message",
+    [
+        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4, "do not hold"),
+        (
+            {
+                "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+            },
+            b"\0" * 12,
+            "without gaps",
+        ),
+        ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 6, "trailing"),
+        ({"a": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8, "dtype"),
+    ],
+)
+def test_safetensors_rejects_malformed_files(tmp_path, header, payload, message):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(_hand_built(header, payload))
+    with pytest.raises(safetensors_io.SafetensorsError, match=message) as info:
+        safetensors_io.load_file(str(path))
+    assert str(path) in str(info.value)
+
+
+# ------------------------------------------------------------------------------ original layout
+def original_shapes(
+    vocab=50, emb=128, hidden=256, layers=2, gen_hidden=64, gen_layers=2, positions=64,
+    generator=True, disc_head=True,
+):  # fmt: skip
+    """Every variable of ORIGINAL.md 5.1-5.3 with its shape, written out independently of the
+    code under test."""
+    shapes = {
+        "electra/embeddings/word_embeddings": [vocab, emb],
+        "electra/embeddings/position_embeddings": [positions, emb],
+        "electra/embeddings/token_type_embeddings": [2, emb],
+        "electra/embeddings/LayerNorm/gamma": [emb],
+        "electra/embeddings/LayerNorm/beta": [emb],
+    }
+
+    def encoder(scope, h, n):
+        if emb != h:
+            shapes[f"{scope}/embeddings_project/kernel"] = [emb, h]
+            shapes[f"{scope}/embeddings_project/bias"] = [h]
+        for i in range(n):
+            p = f"{scope}/encoder/layer_{i}"
+            for d in ("attention/self/query", "attention/self/key", "attention/self/value"):
+                shapes[f"{p}/{d}/kernel"], shapes[f"{p}/{d}/bias"] = [h, h], [h]
+            shapes[f"{p}/attention/output/dense/kernel"] = [h, h]
+            shapes[f"{p}/attention/output/dense/bias"] = [h]
+            shapes[f"{p}/intermediate/dense/kernel"] = [h, 4 * h]
+            shapes[f"{p}/intermediate/dense/bias"] = [4 * h]
+            shapes[f"{p}/output/dense/kernel"] = [4 * h, h]
+            shapes[f"{p}/output/dense/bias"] = [h]
+            for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
+                shapes[f"{p}/{norm}/gamma"], shapes[f"{p}/{norm}/beta"] = [h], [h]
+
+    encoder("electra", hidden, layers)
+    if disc_head:
+        shapes["discriminator_predictions/dense/kernel"] = [hidden, hidden]
+        shapes["discriminator_predictions/dense/bias"] = [hidden]
+        shapes["discriminator_predictions/dense_1/kernel"] = [hidden, 1]
+        shapes["discriminator_predictions/dense_1/bias"] = [1]
+    if generator:
+        encoder("generator", gen_hidden, gen_layers)
+        shapes["generator_predictions/dense/kernel"] = [gen_hidden, emb]
+        shapes["generator_predictions/dense/bias"] = [emb]
+        shapes["generator_predictions/LayerNorm/gamma"] = [emb]
+        shapes["generator_predictions/LayerNorm/beta"] = [emb]
+        shapes["generator_predictions/output_bias"] = [vocab]
+    return shapes
+
+
+def write_tf1_checkpoint(directory, shapes, step=1234, adam_slots=False, seed=0):
+    """What run_pretraining's Estimator writes: tf.compat.v1 variables saved by a Saver."""
+    rng = np.random.default_rng(seed)
+    values = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    with tf.Graph().as_default():
+        variables = [tf.compat.v1.Variable(v, name=n) for n, v in values.items()]
+        if adam_slots:
+            for name, shape in shapes.items():
+                for slot in ("adam_m", "adam_v"):
+                    variables.append(
+                        tf.compat.v1.Variable(np.zeros(shape, np.float32), name=f"{name}/{slot}")
+                    )
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(global_step.assign(step))
+            saver = tf.compat.v1.train.Saver(variables + [global_step])
+            saver.save(sess, os.path.join(directory, "model.ckpt"), global_step=step)
+    return values
+
+
+@pytest.mark.parametrize(
+    "size, kwargs",
+    [
+        ("small", dict(emb=128, hidden=256, layers=2, gen_hidden=64, gen_layers=2)),
+        ("small++", dict(emb=128, hidden=256, layers=1, gen_hidden=256, gen_layers=1)),
+        ("base", dict(emb=768, hidden=768, layers=1, gen_hidden=256, gen_layers=1)),
+    ],
+)
+@pytest.mark.parametrize("adam_slots", [False, True])
+def test_import_original_checkpoint_infers_config(tmp_path, size, kwargs, adam_slots):
+    shapes = original_shapes(**kwargs)
+    values = write_tf1_checkpoint(str(tmp_path), shapes, step=77, adam_slots=adam_slots)
+    source = checkpoints.read_weights(str(tmp_path))  # directory -> latest via `checkpoint`
+    assert source.fmt == "original" and source.global_step == 77
+    assert source.unused == []
+    assert sorted(source.weights) == sorted(shapes)
+    for name, value in values.items():
+        np.testing.assert_array_equal(source.weights[name], value)
+    assert len(source.skipped) == 1 + (2 * len(shapes) if adam_slots else 0)
+    disc, gen = source.config.discriminator_config(), source.config.generator_config()
+    assert (disc.embedding_width, disc.hidden_size) == (kwargs["emb"], kwargs["hidden"])
+    assert disc.num_hidden_layers == kwargs["layers"]
+    assert disc.num_attention_heads == kwargs["hidden"] // 64
+    assert disc.intermediate_size == 4 * kwargs["hidden"]
+    assert (disc.vocab_size, disc.max_position_embeddings) == (50, 64)
+    assert (gen.hidden_size, gen.num_hidden_layers) == (kwargs["gen_hidden"], kwargs["layers"])
+    assert gen.num_attention_heads == max(1, kwargs["gen_hidden"] // 64)
+
+
+def test_discriminator_only_checkpoint_infers_config(tmp_path):
+    shapes = original_shapes(generator=False, disc_head=False)
+    write_tf1_checkpoint(str(tmp_path), shapes)
+    source = checkpoints.read_weights(str(tmp_path), fmt="original")
+    assert not source.has_generator
+    assert source.config.discriminator_config().hidden_size == 256
+
+
+def test_unknown_source_variables_are_reported(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1)
+    shapes["electra/pooler/dense/kernel"] = [256, 256]
+    write_tf1_checkpoint(str(tmp_path), shapes)
+    source = checkpoints.read_weights(str(tmp_path))
+    assert source.unused == ["electra/pooler/dense/kernel"]
+
+
+def test_inference_refuses_a_generator_the_config_cannot_express(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1, gen_hidden=64)
+    # The config derives the generator's FFN as 4 * hidden; a 100-wide FFN cannot be expressed.
+    shapes["generator/encoder/layer_0/intermediate/dense/kernel"] = [64, 100]
+    with pytest.raises(CheckpointError, match="FFN = 4 \\* hidden"):
+        checkpoints.infer_config(shapes, where="test")
+
+
+# ------------------------------------------------------------------------------ HF layout
+def test_hf_names_follow_transformers():
+    expected = {
+        "electra/embeddings/word_embeddings": [
+            ("discriminator", "electra.embeddings.word_embeddings.weight"),
+            ("generator", "electra.embeddings.word_embeddings.weight"),
+        ],
+        "electra/embeddings/LayerNorm/beta": [
+            ("discriminator", "electra.embeddings.LayerNorm.bias"),
+            ("generator", "electra.embeddings.LayerNorm.bias"),
+        ],
+        "electra/embeddings_project/kernel": [
+            ("discriminator", "electra.embeddings_project.weight")
+        ],
+        "electra/encoder/layer_10/attention/self/query/kernel": [
+            ("discriminator", "electra.encoder.layer.10.attention.self.query.weight")
+        ],
+        "electra/encoder/layer_0/attention/output/LayerNorm/gamma": [
+            ("discriminator", "electra.encoder.layer.0.attention.output.LayerNorm.weight")
+        ],
+        "electra/encoder/layer_1/intermediate/dense/bias": [
+            ("discriminator", "electra.encoder.layer.1.intermediate.dense.bias")
+        ],
+        "discriminator_predictions/dense_1/kernel": [
+            ("discriminator", "discriminator_predictions.dense_prediction.weight")
+        ],
+        "discriminator_predictions/dense/bias": [
+            ("discriminator", "discriminator_predictions.dense.bias")
+        ],
+        "generator/embeddings_project/bias": [("generator", "electra.embeddings_project.bias")],
+        "generator/encoder/layer_2/output/LayerNorm/beta": [
+            ("generator", "electra.encoder.layer.2.output.LayerNorm.bias")
+        ],
+        "generator_predictions/dense/kernel": [("generator", "generator_predictions.dense.weight")],
+        "generator_predictions/LayerNorm/gamma": [
+            ("generator", "generator_predictions.LayerNorm.weight")
+        ],
+        "generator_predictions/output_bias": [("generator", "generator_lm_head.bias")],
+    }
+    for name, targets in expected.items():
+        assert hf.to_hf(name) == targets, name
+        for folder, hf_name in targets:
+            assert hf.from_hf(folder, hf_name) == name
+    assert hf.from_hf("generator", "generator_lm_head.weight") is None  # tied to the table
+
+
+def test_original_to_hf_folder_layout_and_back(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1)
+    write_tf1_checkpoint(str(tmp_path / "orig"), shapes)
+    source = checkpoints.read_weights(str(tmp_path / "orig"))
+    checkpoints.write_weights(source, str(tmp_path / "hf"), "hf")
+    disc = safetensors_io.load_file(str(tmp_path / "hf/discriminator/model.safetensors"))
+    gen = safetensors_io.load_file(str(tmp_path / "hf/generator/model.safetensors"))
+    np.testing.assert_array_equal(
+        disc["electra.encoder.layer.0.attention.self.query.weight"],
+        source.weights["electra/encoder/layer_0/attention/self/query/kernel"].T,
+    )
+    assert disc["discriminator_predictions.dense_prediction.weight"].shape == (1, 256)
+    np.testing.assert_array_equal(
+        gen["electra.embeddings.word_embeddings.weight"],
+        source.weights["electra/embeddings/word_embeddings"],
+    )
+    assert gen["electra.embeddings_project.weight"].shape == (64, 128)  # [out, in]
+    assert "generator_lm_head.weight" not in gen  # tied: transformers re-ties it on load
+    config = json.loads((tmp_path / "hf/generator/config.json").read_text())
+    assert config["architectures"] == ["ElectraForMaskedLM"]
+    assert (config["hidden_size"], config["embedding_size"], config["num_attention_heads"]) == (
+        64,
+        128,
+        1,
+    )
+    assert config["layer_norm_eps"] == 1e-12 and config["hidden_act"] == "gelu"
+
+    back = checkpoints.read_weights(str(tmp_path / "hf"))
+    assert back.fmt == "hf" and back.unused == []
+    assert sorted(back.weights) == sorted(source.weights)
+    for name, value in source.weights.items():
+        np.testing.assert_array_equal(back.weights[name], value)
+    assert back.config.generator_config() == source.config.generator_config()
+
+    checkpoints.write_weights(back, str(tmp_path / "orig2"), "original")
+    again = checkpoints.read_weights(str(tmp_path / "orig2"))
+    for name, value in source.weights.items():
+        np.testing.assert_array_equal(again.weights[name], value)
+
+
+def test_existing_output_needs_overwrite_and_foreign_files_are_kept(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1)
+    write_tf1_checkpoint(str(tmp_path / "orig"), shapes)
+    source = checkpoints.read_weights(str(tmp_path / "orig"))
+    out = tmp_path / "out"
+    checkpoints.write_weights(source, str(out), "original")
+    with pytest.raises(CheckpointError, match="--overwrite"):
+        checkpoints.write_weights(source, str(out), "original")
+    checkpoints.write_weights(source, str(out), "original", overwrite=True)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="notes.txt"):
+        checkpoints.write_weights(source, str(out), "hf", overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine"
