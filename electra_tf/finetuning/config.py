@@ -1,0 +1,314 @@
+"""Fine-tuning hyperparameters: the original's `configure_finetuning.py`, typed.
+
+Loading order: dataclass defaults -> the original's per-task / per-size rules -> user overrides
+(`--hparams`, so explicit values always win, as in the original's second `update`) -> paths.
+The per-task rules look only at `task_names` and the per-size rules only at `model_size`, both
+taken after the overrides, exactly as the original reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from electra_tf.config import (
+    MODEL_SIZES,
+    ConfigError,
+    ModelConfig,
+    PretrainingConfig,
+    parse_hparams,
+    replace_checked,
+)
+
+TASK_NAMES = (
+    "cola",
+    "sst",
+    "mrpc",
+    "sts",
+    "qqp",
+    "mnli",
+    "qnli",
+    "rte",
+    "squad",
+    "squadv1",
+    "newsqa",
+    "naturalqs",
+    "triviaqa",
+    "searchqa",
+    "chunk",
+)
+
+# The original's debug encoder (run_finetuning.FinetuningModel).
+DEBUG_MODEL = {
+    "num_hidden_layers": 3,
+    "hidden_size": 144,
+    "intermediate_size": 576,
+    "num_attention_heads": 4,
+}
+
+
+def is_qa_task(name: str) -> bool:
+    """The original's test: any name containing "squad" or "qa"."""
+    return "squad" in name or "qa" in name
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuningConfig:
+    """Field names and defaults are the original's; fields under "ours" are additions.
+
+    `init_checkpoint`: "auto" -> `<data_dir>/models/<model_name>` (None in debug, as the
+    original); None -> random initialisation; any other string -> that directory or checkpoint.
+    """
+
+    model_name: str = "electra"
+    data_dir: str = "data"
+
+    # General.
+    debug: bool = False  # the original's quick mode: 3x144 encoder, no init checkpoint
+    log_examples: bool = False  # print the first featurized example of each split
+    num_trials: int = 1  # train+eval runs, each in a fresh model dir
+    do_train: bool = True
+    do_eval: bool = True
+    keep_all_models: bool = True  # False: delete every trial's model dir but the last
+
+    # Model.
+    model_size: str = "small"  # small | base | large
+    task_names: tuple[str, ...] = ("chunk",)
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    embedding_size: int | None = None  # None -> hidden size; the "small" rule sets 128
+    vocab_size: int = 30522
+    do_lower_case: bool = True
+
+    # Training.
+    learning_rate: float = 1e-4  # "large" rule: 5e-5
+    weight_decay_rate: float = 0.01
+    layerwise_lr_decay: float = 0.8  # lr * decay^(L + 2 - depth); "large" rule: 0.9
+    num_train_epochs: float = 3.0  # rte/sts 10, squad/qa 2 (one task only)
+    warmup_proportion: float = 0.1
+    save_checkpoints_steps: int = 1000000
+    iterations_per_loop: int = 1000
+    use_tfrecords_if_existing: bool = True
+
+    # Outputs.
+    write_test_outputs: bool = False  # GLUE tsv + SQuAD 2.0 json test predictions
+    n_writes_test: int = 5  # for the first n trials
+
+    # Sizing.
+    max_seq_length: int = 128  # squad/qa 512, chunk 256 (one task only)
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    predict_batch_size: int = 32
+    double_unordered: bool = True  # MRPC / STS train sets also with the two sentences swapped
+
+    # QA.
+    max_query_length: int = 64
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    answerable_classifier: bool = True
+    answerable_uses_start_logits: bool = True
+    answerable_weight: float = 0.5
+    joint_prediction: bool = True
+    beam_size: int = 20
+    qa_na_threshold: float = -2.75
+
+    # --- ours ---
+    do_strip_accents: bool = True
+    # The original gives the top transformer layer lr * decay^2 (issue #51); True gives it
+    # lr * decay, one step below the head.
+    fix_layerwise_top_layer: bool = False
+    init_checkpoint: str | None = "auto"
+    init_checkpoint_format: str = "auto"  # auto | native | original | hf
+    vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt
+    max_train_examples: int | None = None  # use only the first N train examples (quick runs)
+    seed: int = 0  # trial t uses seed + t - 1
+    log_every_steps: int = 0  # console/TensorBoard period; 0 -> min(iterations_per_loop, 100)
+    overwrite: bool = False  # allow replacing existing fine-tuned model dirs
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; a tuple keeps the frozen config hashable.
+        if isinstance(self.task_names, str):
+            object.__setattr__(self, "task_names", tuple(self.task_names.split(",")))
+        elif not isinstance(self.task_names, tuple):
+            object.__setattr__(self, "task_names", tuple(self.task_names))
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> FinetuningConfig:
+        if not self.task_names:
+            raise ConfigError("task_names: at least one task is required")
+        for name in self.task_names:
+            if name not in TASK_NAMES:
+                raise ConfigError(f"task_names: unknown task {name!r}; known: {TASK_NAMES}")
+        if len(set(self.task_names)) != len(self.task_names):
+            raise ConfigError(f"task_names: duplicate task in {self.task_names}")
+        if self.model_size not in MODEL_SIZES:
+            raise ConfigError(
+                f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
+            )
+        if self.init_checkpoint_format not in ("auto", "native", "original", "hf"):
+            raise ConfigError(
+                f"init_checkpoint_format: {self.init_checkpoint_format!r} is not "
+                "auto/native/original/hf"
+            )
+        for key in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}: must be >= 1")
+        if self.max_seq_length < 8:
+            raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
+        return self
+
+    # ------------------------------------------------------------------ derived values
+    def model_config(self) -> ModelConfig:
+        """The encoder config, as the original's `get_bert_config` (+ its debug sizes)."""
+        overrides = dict(self.model_hparam_overrides)
+        if self.debug:
+            overrides = {**DEBUG_MODEL, **overrides}
+        pre = PretrainingConfig(
+            model_size=self.model_size,
+            model_hparam_overrides=overrides,
+            embedding_size=self.embedding_size,
+            vocab_size=self.vocab_size,
+            max_seq_length=self.max_seq_length,
+        )
+        return pre.discriminator_config()
+
+    @property
+    def tasks_str(self) -> str:
+        return ",".join(self.task_names)
+
+    def pretrained_model_dir(self) -> str:
+        return os.path.join(self.data_dir, "models", self.model_name)
+
+    def raw_data_dir(self, task: str) -> str:
+        return os.path.join(self.data_dir, "finetuning_data", task)
+
+    def resolved_vocab_file(self) -> str:
+        if self.vocab_file:
+            return self.vocab_file
+        in_model = os.path.join(self.pretrained_model_dir(), "vocab.txt")
+        return in_model if os.path.exists(in_model) else os.path.join(self.data_dir, "vocab.txt")
+
+    def resolved_init_checkpoint(self) -> str | None:
+        if self.init_checkpoint == "auto":
+            return None if self.debug else self.pretrained_model_dir()
+        return self.init_checkpoint or None
+
+    def model_dir(self, trial: int) -> str:
+        return os.path.join(
+            self.pretrained_model_dir(), "finetuning_models", f"{self.tasks_str}_model_{trial}"
+        )
+
+    def results_dir(self) -> str:
+        return os.path.join(self.pretrained_model_dir(), "results")
+
+    def results_path(self, ext: str) -> str:
+        return os.path.join(self.results_dir(), f"{self.tasks_str}_results.{ext}")
+
+    def qa_dir(self) -> str:
+        return os.path.join(self.results_dir(), f"{self.tasks_str}_qa")
+
+    def tfrecords_dir(self) -> str:
+        suffix = "-debug" if self.debug else ""
+        return os.path.join(
+            self.pretrained_model_dir(),
+            "finetuning_tfrecords",
+            f"{self.tasks_str}_tfrecords{suffix}",
+        )
+
+    def test_predictions_dir(self) -> str:
+        return os.path.join(self.pretrained_model_dir(), "test_predictions")
+
+    def featurization_key(self) -> dict[str, Any]:
+        """Every setting that changes featurized records; the TFRecord cache is keyed on it.
+
+        The original keyed its cache on task names only, so a changed `max_seq_length` reused
+        stale records ("Can't parse serialized Example").
+        """
+        return {
+            "task_names": list(self.task_names),
+            "max_seq_length": self.max_seq_length,
+            "vocab_sha1": file_sha1(self.resolved_vocab_file()),
+            "do_lower_case": self.do_lower_case,
+            "do_strip_accents": self.do_strip_accents,
+            "double_unordered": self.double_unordered,
+            "max_query_length": self.max_query_length,
+            "doc_stride": self.doc_stride,
+            "debug": self.debug,
+            "max_train_examples": self.max_train_examples,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def file_sha1(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bool) -> dict:
+    """The original's defaults that depend on the tasks, the model size and debug mode."""
+    rules: dict[str, Any] = {}
+    if len(task_names) == 1:
+        name = task_names[0]
+        if name in ("rte", "sts"):
+            rules["num_train_epochs"] = 10.0
+        elif is_qa_task(name):
+            rules.update(max_seq_length=512, num_train_epochs=2.0, write_test_outputs=False)
+        elif name == "chunk":
+            rules["max_seq_length"] = 256
+        else:
+            rules["num_train_epochs"] = 3.0
+    if model_size == "large":
+        rules.update(learning_rate=5e-5, layerwise_lr_decay=0.9)
+    elif model_size == "small":
+        rules["embedding_size"] = 128
+    if debug:
+        rules.update(
+            save_checkpoints_steps=1000000,
+            use_tfrecords_if_existing=False,
+            num_trials=1,
+            iterations_per_loop=1,
+            train_batch_size=32,
+            num_train_epochs=3.0,
+            log_examples=True,
+        )
+    return rules
+
+
+def finetuning_config(
+    model_name: str = "electra",
+    data_dir: str = "data",
+    hparams: str | Mapping[str, Any] | None = None,
+    tasks: str | None = None,
+) -> FinetuningConfig:
+    """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams)."""
+    overrides = dict(
+        parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
+    )
+    if tasks:
+        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
+    # Validate keys first so a typo is reported before any rule runs.
+    probe = replace_checked(config, overrides, where="hparams")
+    rules = _task_and_size_rules(probe.task_names, probe.model_size, probe.debug)
+    config = dataclasses.replace(config, **rules)
+    config = replace_checked(config, overrides, where="hparams")
+    return config.validate()
+
+
+def save_finetuning_config(config: FinetuningConfig, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+    os.replace(tmp, path)

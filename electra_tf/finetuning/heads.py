@@ -1,0 +1,245 @@
+"""Fine-tuning heads, as the original's `get_prediction_module`s.
+
+Every head is called as `head(encoder_outputs, features, training)` and returns
+`(per_example_losses [batch], outputs)`; the model sums the losses over the batch. Dense layers
+use Glorot-uniform kernels and zero biases (the `tf.layers.dense` defaults) and are named as the
+original's auto-named `tf.layers` so `variable_map()` gives `task_specific/<task>/dense/kernel`.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+
+def _dense(units: int, name: str, activation=None) -> keras.layers.Dense:
+    return keras.layers.Dense(
+        units,
+        activation=activation,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        name=name,
+    )
+
+
+def _gelu(x: tf.Tensor) -> tf.Tensor:
+    # The original's modeling.gelu is the exact erf form.
+    return keras.activations.gelu(x, approximate=False)
+
+
+class _Head(keras.layers.Layer):
+    """Shared plumbing: the `task_specific/<task>/<layer>/{kernel,bias}` map."""
+
+    def __init__(self, task_name: str, **kwargs):
+        super().__init__(name=kwargs.pop("name", f"{task_name}_head"), **kwargs)
+        self.task_name = task_name
+        self._named: dict[str, keras.layers.Dense] = {}
+
+    def _add(self, layer: keras.layers.Dense) -> keras.layers.Dense:
+        self._named[layer.name] = layer
+        return layer
+
+    def variable_map(self) -> dict[str, tf.Variable]:
+        scope = f"task_specific/{self.task_name}"
+        out = {}
+        for name, layer in self._named.items():
+            out[f"{scope}/{name}/kernel"] = layer.kernel
+            out[f"{scope}/{name}/bias"] = layer.bias
+        return out
+
+
+class ClassificationHead(_Head):
+    """Dropout 0.1 then dense(num_labels) on the [CLS] vector (no pooler); softmax CE.
+
+    Inputs: `encoder_outputs["cls_output"]` [B, H], `features["<task>_label_ids"]` [B].
+    Outputs: logits [B, C], predictions [B], label_ids [B], loss [B].
+    """
+
+    def __init__(self, task_name: str, num_labels: int, dropout_rate: float = 0.1, **kwargs):
+        super().__init__(task_name, **kwargs)
+        self.num_labels = num_labels
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dense = self._add(_dense(num_labels, "dense"))
+
+    def logits(self, cls_output: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.dense(self.dropout(cls_output, training=training))
+
+    def call(self, encoder_outputs, features, training=False):
+        logits = self.logits(encoder_outputs["cls_output"], training)
+        label_ids = features[f"{self.task_name}_label_ids"]
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        labels = tf.one_hot(label_ids, self.num_labels, dtype=log_probs.dtype)
+        losses = -tf.reduce_sum(labels * log_probs, axis=-1)
+        return losses, {
+            "loss": losses,
+            "logits": logits,
+            "predictions": tf.argmax(logits, axis=-1, output_type=tf.int32),
+            "label_ids": label_ids,
+        }
+
+
+class RegressionHead(_Head):
+    """Dropout 0.1 then dense(1) on [CLS]; squared error against the normalised target.
+
+    Inputs: `features["<task>_targets"]` [B] float (label / 5 for STS).
+    """
+
+    def __init__(self, task_name: str, dropout_rate: float = 0.1, **kwargs):
+        super().__init__(task_name, **kwargs)
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dense = self._add(_dense(1, "dense"))
+
+    def call(self, encoder_outputs, features, training=False):
+        reprs = self.dropout(encoder_outputs["cls_output"], training=training)
+        predictions = tf.squeeze(self.dense(reprs), -1)  # [B]
+        targets = tf.cast(features[f"{self.task_name}_targets"], predictions.dtype)
+        losses = tf.square(predictions - targets)
+        return losses, {"loss": losses, "predictions": predictions, "targets": targets}
+
+
+class TaggingHead(_Head):
+    """Dense(n_classes) on the first sub-token of each word; CE masked and summed per sentence.
+
+    Inputs: `features["<task>_labeled_positions"]`, `<task>_labels` [B, L] int and
+    `<task>_labels_mask` [B, L] float.
+    """
+
+    def __init__(self, task_name: str, num_classes: int, **kwargs):
+        super().__init__(task_name, **kwargs)
+        self.num_classes = num_classes
+        self.dense = self._add(_dense(num_classes, "dense"))
+
+    def call(self, encoder_outputs, features, training=False):
+        sequence = encoder_outputs["sequence_output"]  # [B, L, H]
+        positions = features[f"{self.task_name}_labeled_positions"]  # [B, P]
+        reprs = tf.gather(sequence, positions, batch_dims=1)  # [B, P, H]
+        logits = self.dense(reprs)  # [B, P, C]
+        labels = features[f"{self.task_name}_labels"]
+        mask = tf.cast(features[f"{self.task_name}_labels_mask"], logits.dtype)
+        token_losses = tf.nn.softmax_cross_entropy_with_logits(
+            labels=tf.one_hot(labels, self.num_classes, dtype=logits.dtype), logits=logits
+        )  # [B, P]
+        losses = tf.reduce_sum(token_losses * mask, axis=-1)
+        return losses, {
+            "loss": losses,
+            "logits": logits,
+            "predictions": tf.argmax(logits, axis=-1, output_type=tf.int32),
+            "labels": labels,
+            "labels_mask": mask,
+        }
+
+
+class SpanQAHead(_Head):
+    """The original's XLNet-style QA head with an answerability classifier.
+
+    Start logits `dense`; the end logits see [h_start, h_j] through `qa_hidden` (512, gelu) and
+    `dense_1`, with h_start the gold start in training and each of the top `beam_size` starts at
+    inference; positions outside the context (and [CLS]) get -1000. The answerability logit is
+    `dense_3(gelu(dense_2([h_CLS, sum_j softmax(start)_j h_j])))`, its sigmoid CE on
+    `is_impossible` added with weight `answerable_weight`. Span loss = (start CE + end CE) / 2.
+
+    Outputs (inference): start_top_log_probs / start_top_index [B, K], end_top_log_probs /
+    end_top_index [B, K, K], answerable_logit [B], start_logits [B, L].
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        beam_size: int = 20,
+        joint_prediction: bool = True,
+        answerable_classifier: bool = True,
+        answerable_uses_start_logits: bool = True,
+        answerable_weight: float = 0.5,
+        **kwargs,
+    ):
+        super().__init__(task_name, **kwargs)
+        self.beam_size = beam_size
+        self.joint_prediction = joint_prediction
+        self.answerable_classifier = answerable_classifier
+        self.answerable_uses_start_logits = answerable_uses_start_logits
+        self.answerable_weight = answerable_weight
+        # Creation order reproduces tf.layers' auto-numbering: dense, [qa_hidden], dense_1, ...
+        self.start_dense = self._add(_dense(1, "dense"))
+        if joint_prediction:
+            self.qa_hidden = self._add(_dense(512, "qa_hidden", _gelu))
+        self.end_dense = self._add(_dense(1, "dense_1"))
+        next_index = 2
+        if answerable_classifier:
+            if answerable_uses_start_logits:
+                self.answer_hidden = self._add(_dense(512, f"dense_{next_index}", _gelu))
+                next_index += 1
+            self.answer_dense = self._add(_dense(1, f"dense_{next_index}"))
+
+    def call(self, encoder_outputs, features, training=False):
+        name = self.task_name
+        hidden = encoder_outputs["sequence_output"]  # [B, L, H]
+        seq_length = tf.shape(hidden)[1]
+        dtype = hidden.dtype
+        answer_mask = tf.cast(features["input_mask"], dtype) * tf.cast(
+            features["segment_ids"], dtype
+        )
+        answer_mask += tf.one_hot(0, seq_length, dtype=dtype)  # [B, L]: context + [CLS]
+        mask_penalty = 1000.0 * (answer_mask - 1.0)
+        start_positions = features[f"{name}_start_positions"]
+        end_positions = features[f"{name}_end_positions"]
+
+        start_logits = tf.squeeze(self.start_dense(hidden), -1)  # [B, L]
+        outputs = {}
+        if self.joint_prediction:
+            start_logits += mask_penalty
+            start_log_probs = tf.nn.log_softmax(start_logits)
+            k = tf.minimum(self.beam_size, seq_length)
+            start_top_log_probs, start_top_index = tf.math.top_k(start_log_probs, k=k)
+            if training:
+                start_h = tf.gather(hidden, start_positions, batch_dims=1)  # [B, H]
+                start_h = tf.tile(start_h[:, None, :], [1, seq_length, 1])  # [B, L, H]
+                end_logits = tf.squeeze(
+                    self.end_dense(self.qa_hidden(tf.concat([start_h, hidden], -1))), -1
+                )  # [B, L]
+                end_logits += mask_penalty
+            else:
+                start_h = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, H]
+                start_h = tf.tile(start_h[:, :, None, :], [1, 1, seq_length, 1])  # [B, K, L, H]
+                end_h = tf.tile(hidden[:, None], [1, k, 1, 1])  # [B, K, L, H]
+                beam_end_logits = tf.squeeze(
+                    self.end_dense(self.qa_hidden(tf.concat([start_h, end_h], -1))), -1
+                )  # [B, K, L]
+                beam_end_logits += mask_penalty[:, None, :]
+                end_top_log_probs, end_top_index = tf.math.top_k(
+                    tf.nn.log_softmax(beam_end_logits), k=k
+                )  # [B, K, K]
+                # As the original: no single end distribution exists at inference.
+                end_logits = tf.zeros_like(start_logits)
+                outputs.update(end_top_log_probs=end_top_log_probs, end_top_index=end_top_index)
+            outputs.update(start_top_log_probs=start_top_log_probs, start_top_index=start_top_index)
+        else:
+            end_logits = tf.squeeze(self.end_dense(hidden), -1) + mask_penalty
+            start_logits += mask_penalty
+
+        def cross_entropy(logits, positions):
+            one_hot = tf.one_hot(positions, seq_length, dtype=logits.dtype)
+            return -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+
+        losses = (
+            cross_entropy(start_logits, start_positions) + cross_entropy(end_logits, end_positions)
+        ) / 2.0
+
+        answerable_logit = tf.zeros_like(losses)
+        if self.answerable_classifier:
+            reprs = hidden[:, 0]  # [B, H]
+            if self.answerable_uses_start_logits:
+                start_p = tf.nn.softmax(start_logits)  # [B, L]
+                start_feature = tf.reduce_sum(start_p[:, :, None] * hidden, axis=1)  # [B, H]
+                reprs = self.answer_hidden(tf.concat([reprs, start_feature], -1))
+            answerable_logit = tf.squeeze(self.answer_dense(reprs), -1)  # [B]
+            impossible = tf.cast(features[f"{name}_is_impossible"], answerable_logit.dtype)
+            losses += self.answerable_weight * tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=impossible, logits=answerable_logit
+            )
+        outputs.update(
+            loss=losses,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            answerable_logit=answerable_logit,
+        )
+        return losses, outputs

@@ -1,0 +1,130 @@
+"""Task models: the multi-task `FinetuningModel` (the original's) and `ElectraClassifier`.
+
+`FinetuningModel` shares one discriminator encoder (scope `electra`) between the tasks' heads
+(scope `task_specific/<task>`). Its loss is the original's
+`sum(stack(task_losses, -1) * one_hot(task_id, n_tasks))`: a SUM over the batch, where each
+example contributes only its own task's loss and padding examples (`task_id == n_tasks`) get an
+all-zero one-hot and contribute nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ModelConfig
+from electra_tf.finetuning.heads import ClassificationHead
+from electra_tf.finetuning.task import FeatureSpec, Task
+from electra_tf.modeling import TransformerEncoder
+
+
+def dummy_features(specs: list[FeatureSpec], batch_size: int = 1) -> dict[str, tf.Tensor]:
+    """A zero batch with every feature, used to build the heads' variables."""
+    out = {}
+    for spec in specs:
+        dtype = tf.int32 if spec.is_int else tf.float32
+        out[spec.name] = tf.zeros((batch_size, *spec.shape), dtype)
+    out["input_mask"] = tf.ones_like(out["input_mask"])
+    return out
+
+
+class FinetuningModel(keras.Model):
+    """Encoder + one head per task; `fit` on the dicts of `runner.make_dataset`.
+
+    Args:
+        model_config: the encoder config (the pre-trained discriminator's).
+        tasks: the tasks, in `task_names` order (their index is their `task_id`).
+        feature_specs: every feature of a batch (to build the heads with a dummy batch).
+
+    Call: `model(features, training)` -> `(per_example_loss [B], outputs)`, `outputs[task]` the
+    task head's dict and `outputs["task_id"]` [B].
+    """
+
+    def __init__(
+        self,
+        model_config: ModelConfig,
+        tasks: list[Task],
+        feature_specs: list[FeatureSpec],
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.model_config = model_config
+        self.task_names = [t.name for t in tasks]
+        self.encoder = TransformerEncoder(model_config, name="electra")
+        self.task_heads = [t.make_head() for t in tasks]
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self(dummy_features(feature_specs), training=False)
+
+    def call(self, features, training=False):
+        encoder_outputs = self.encoder(features, training=training)
+        losses, outputs = [], {"task_id": features["task_id"]}
+        for name, head in zip(self.task_names, self.task_heads, strict=True):
+            task_losses, task_outputs = head(encoder_outputs, features, training=training)
+            losses.append(task_losses)
+            outputs[name] = task_outputs
+        routing = tf.one_hot(features["task_id"], len(self.task_names), dtype=losses[0].dtype)
+        per_example = tf.reduce_sum(tf.stack(losses, -1) * routing, axis=-1)  # [B]
+        return per_example, outputs
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            per_example, _ = self(data, training=True)
+            loss = tf.reduce_sum(per_example)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def test_step(self, data):
+        per_example, _ = self(data, training=False)
+        self.loss_tracker.update_state(tf.reduce_sum(per_example))
+        return {"loss": self.loss_tracker.result()}
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def variable_map(self) -> dict[str, tf.Variable]:
+        """Original names: `electra/...` for the encoder, `task_specific/<task>/...` heads."""
+        names = dict(self.encoder.variable_map("electra"))
+        for head in self.task_heads:
+            names.update(head.variable_map())
+        return names
+
+
+class ElectraClassifier(keras.Model):
+    """A plain Keras classifier: encoder -> dropout 0.1 -> dense(num_labels) on [CLS].
+
+    For user code: `model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(
+    from_logits=True)); model.fit({"input_ids", "input_mask", "segment_ids"}, labels)`.
+    Returns logits [batch, num_labels]. Keras' losses average over the batch; the original's
+    runner summed it (use `FinetuningModel` for that).
+
+    Args:
+        encoder: a `TransformerEncoder` (e.g. with pre-trained weights loaded).
+        num_labels: number of classes.
+        task_name: names the head's variables `task_specific/<task_name>/dense/*`.
+    """
+
+    def __init__(
+        self,
+        encoder: TransformerEncoder,
+        num_labels: int,
+        task_name: str = "classifier",
+        dropout_rate: float = 0.1,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.head = ClassificationHead(task_name, num_labels, dropout_rate)
+        # Builds the head so `variable_map()` works before the first fit.
+        self.head.logits(tf.zeros((1, encoder.config.hidden_size)))
+
+    def call(self, inputs, training=False):
+        encoder_outputs = self.encoder(inputs, training=training)
+        return self.head.logits(encoder_outputs["cls_output"], training=training)
+
+    def variable_map(self) -> dict[str, tf.Variable]:
+        return {**self.encoder.variable_map("electra"), **self.head.variable_map()}

@@ -1,0 +1,291 @@
+"""Train / evaluate / write results for `num_trials` trials (the original's `run_finetuning`).
+
+Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
+`models/<model>/finetuning_models/<tasks>_model_<trial>`, evaluates the dev split, and rewrites
+`results/<tasks>_results.{txt,json}` with every trial so far and their median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import time
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf import optimization
+from electra_tf.config import ModelConfig
+from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
+from electra_tf.finetuning.glue import SentenceTask
+from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.finetuning.preprocessing import Preprocessor
+from electra_tf.finetuning.qa import QATask
+from electra_tf.finetuning.registry import get_tasks, make_tokenizer
+from electra_tf.finetuning.task import Task
+
+
+def log(*args: Any) -> None:
+    print(*args, flush=True)
+
+
+class ProgressLogger(keras.callbacks.Callback):
+    """Console line (loss, steps/s, ETA) and TensorBoard scalars every `every` steps."""
+
+    def __init__(self, total_steps: int, every: int, logdir: str | None, optimizer):
+        super().__init__()
+        self.total, self.every, self.opt = total_steps, max(1, every), optimizer
+        self.writer = tf.summary.create_file_writer(logdir) if logdir else None
+        self.step = 0
+        self.start = self.last_time = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        now = time.time()
+        if self.start is None:
+            self.start = self.last_time = now
+            self.last_step = self.step
+        if self.step % self.every and self.step != self.total:
+            return
+        loss = float((logs or {}).get("loss", float("nan")))
+        elapsed = max(now - self.last_time, 1e-9)
+        rate = (self.step - self.last_step) / elapsed if self.step > self.last_step else 0.0
+        eta = (self.total - self.step) / rate if rate else float("nan")
+        lr = (
+            float(self.opt.learning_rate(self.opt.iterations))
+            if callable(self.opt.learning_rate)
+            else float(self.opt.learning_rate)
+        )
+        log(
+            f"step {self.step}/{self.total}  loss {loss:.4f}  lr {lr:.3g}  "
+            f"{rate:.2f} steps/s  ETA {eta / 60:.1f} min"
+        )
+        if self.writer:
+            with self.writer.as_default(step=self.step):
+                tf.summary.scalar("loss", loss)
+                tf.summary.scalar("learning_rate", lr)
+                tf.summary.scalar("steps_per_sec", rate)
+            self.writer.flush()
+        self.last_time, self.last_step = now, self.step
+
+
+def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
+    """The encoder config and, unless initialising randomly, the source weights.
+
+    A checkpoint's own config (saved beside it, or inferred from its shapes) wins over
+    `model_size`: the encoder must match the weights.
+    """
+    path = config.resolved_init_checkpoint()
+    if not path:
+        return config.model_config(), None
+    from electra_tf import checkpoints
+
+    source = checkpoints.read_weights(path, config.init_checkpoint_format)
+    model_config = source.config.discriminator_config()
+    if model_config.max_position_embeddings < config.max_seq_length:
+        raise ValueError(
+            f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
+            f"max_position_embeddings {model_config.max_position_embeddings}"
+        )
+    return model_config, source
+
+
+class ModelRunner:
+    """One trial: a model, its optimizer, its training and its evaluation."""
+
+    def __init__(self, config: FinetuningConfig, tasks: list[Task], model_dir: str):
+        self.config, self.tasks, self.model_dir = config, tasks, model_dir
+        self.preprocessor = Preprocessor(config, tasks)
+        model_config, source = resolve_encoder(config)
+        self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
+        if source is not None:
+            from electra_tf import checkpoints
+
+            result = checkpoints.assign(
+                self.model.variable_map(), source, where="fine-tuning model"
+            )
+            log(f"Loaded {len(result.loaded)} variables from {result.path} ({result.fmt})")
+        self.train_steps = 0
+        self._predict = tf.function(lambda f: self.model(f, training=False))
+
+    def train(self) -> None:
+        config = self.config
+        dataset, steps = self.preprocessor.prepare_train()
+        self.train_steps = steps
+        if steps < 1:
+            raise ValueError(
+                f"0 training steps: fewer train examples than train_batch_size "
+                f"{config.train_batch_size} x num_train_epochs {config.num_train_epochs}"
+            )
+        variable_map = self.model.variable_map()
+        optimizer = optimization.create_optimizer(
+            variable_map,
+            config.learning_rate,
+            steps,
+            weight_decay_rate=config.weight_decay_rate,
+            warmup_proportion=config.warmup_proportion,
+            layerwise_lr_decay_power=config.layerwise_lr_decay,
+            n_transformer_layers=self.model.model_config.num_hidden_layers,
+            fix_layerwise_top_layer=config.fix_layerwise_top_layer,
+        )
+        self.model.compile(optimizer=optimizer)
+        every = config.log_every_steps or min(config.iterations_per_loop, 100)
+        logger = ProgressLogger(steps, every, os.path.join(self.model_dir, "train"), optimizer)
+        log(f"Training for {steps} steps")
+        self.model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[logger])
+        self.save()
+
+    def save(self) -> None:
+        checkpoint = tf.train.Checkpoint(model=self.model)
+        manager = tf.train.CheckpointManager(checkpoint, self.model_dir, max_to_keep=1)
+        manager.save(checkpoint_number=self.train_steps)
+        save_finetuning_config(self.config, os.path.join(self.model_dir, "finetuning_config.json"))
+        with open(os.path.join(self.model_dir, "model_config.json"), "w", encoding="utf-8") as f:
+            json.dump(self.model.model_config.to_dict(), f, indent=2)
+
+    def predict(self, tasks: list[Task], split: str):
+        """Yields (task, per-example result dict) for every real example of the split."""
+        dataset, _ = self.preprocessor.prepare_predict(tasks, split)
+        n_tasks = len(self.config.task_names)
+        for batch in dataset:
+            _, outputs = self._predict(batch)
+            task_ids = batch["task_id"].numpy()
+            numpy_outputs = {
+                t.name: {k: v.numpy() for k, v in outputs[t.name].items()} for t in tasks
+            }
+            for i, task_id in enumerate(task_ids):
+                if task_id == n_tasks:
+                    continue  # padding example
+                task = self.tasks[task_id]
+                result = {k: v[i] for k, v in numpy_outputs[task.name].items()}
+                result["eid"] = int(batch[f"{task.name}_eid"][i])
+                yield task, result
+
+    def evaluate_task(self, task: Task, split: str = "dev"):
+        scorer = task.get_scorer(split)
+        for _, result in self.predict([task], split):
+            scorer.update(result)
+        return scorer
+
+    def evaluate(self) -> dict[str, dict[str, float]]:
+        results = {}
+        for task in self.tasks:
+            scorer = self.evaluate_task(task)
+            results[task.name] = {k: float(v) for k, v in scorer.get_results()}
+            log(f"{task.name}: {scorer.results_str()}")
+        return results
+
+    def write_test_outputs(self, trial: int) -> None:
+        out_dir = self.config.test_predictions_dir()
+        os.makedirs(out_dir, exist_ok=True)
+        for task in self.tasks:
+            if isinstance(task, SentenceTask):
+                for split in task.get_test_splits():
+                    rows = []
+                    labels = task.label_strings()
+                    for _, result in self.predict([task], split):
+                        if labels is None:  # STS: back to the 0-5 scale
+                            value = f"{float(result['predictions']) * task.max_value:.3f}"
+                        else:
+                            value = labels[int(result["predictions"])]
+                        rows.append((result["eid"], value))
+                    path = os.path.join(out_dir, f"{task.name}_{split}_{trial}.tsv")
+                    _write_text(
+                        path,
+                        "index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in sorted(rows)),
+                    )
+                    log(f"Wrote {len(rows)} {task.name} {split} predictions to {path}")
+            elif isinstance(task, QATask) and task.name == "squad":
+                scorer = self.evaluate_task(task, "test")
+                predictions, null_odds = scorer.write_predictions()
+                answers = {
+                    q: ("" if null_odds[q] > self.config.qa_na_threshold else a)
+                    for q, a in predictions.items()
+                }
+                path = os.path.join(out_dir, f"{task.name}_test_{trial}_predictions.json")
+                _write_text(path, json.dumps(answers, indent=2))
+                _write_text(
+                    path.replace("_predictions.json", "_null_odds.json"), json.dumps(null_odds)
+                )
+                log(f"Wrote {len(answers)} SQuAD test answers to {path}")
+            else:
+                log(f"Skipping {task.name}: writing test predictions is GLUE / SQuAD 2.0 only")
+
+
+def _write_text(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Median over trials of every metric (the original's README reports medians)."""
+    median: dict[str, dict[str, float]] = {}
+    for task in results[0]:
+        median[task] = {
+            metric: float(statistics.median(r[task][metric] for r in results))
+            for metric in results[0][task]
+        }
+    return median
+
+
+def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
+    median = summarize(results)
+    lines = []
+    for trial, trial_results in enumerate(results, start=1):
+        for task, metrics in trial_results.items():
+            values = " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
+            lines.append(f"trial {trial} {task}: {values}")
+    for task, metrics in median.items():
+        values = " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
+        lines.append(f"median of {len(results)} {task}: {values}")
+    _write_text(config.results_path("txt"), "\n".join(lines) + "\n")
+    payload = {"trials": results, "median": median, "config": config.to_dict()}
+    _write_text(config.results_path("json"), json.dumps(payload, indent=2, default=str))
+    log(f"Wrote results to {config.results_path('txt')}")
+
+
+def run_finetuning(config: FinetuningConfig) -> list[dict[str, dict[str, float]]]:
+    if config.num_trials < 1:
+        raise ValueError("num_trials must be >= 1")
+    tokenizer = make_tokenizer(config)
+    tasks = get_tasks(config, tokenizer)
+    if config.do_train:
+        for trial in range(1, config.num_trials + 1):
+            model_dir = config.model_dir(trial)
+            if os.path.exists(model_dir) and os.listdir(model_dir) and not config.overwrite:
+                raise FileExistsError(
+                    f"{model_dir} exists; pass --hparams '{{\"overwrite\": true}}' to replace it"
+                )
+    results = []
+    for trial in range(1, config.num_trials + 1):
+        log(f"=== {config.tasks_str}: model={config.model_name}, trial {trial}/{config.num_trials}")
+        model_dir = config.model_dir(trial)
+        keras.utils.set_random_seed(config.seed + trial - 1)
+        if config.do_train and os.path.exists(model_dir):
+            shutil.rmtree(model_dir)  # checked above: empty, or `overwrite` is set
+        os.makedirs(model_dir, exist_ok=True)
+        runner = ModelRunner(config, tasks, model_dir)
+        if config.do_train:
+            runner.train()
+        else:
+            latest = tf.train.latest_checkpoint(model_dir)
+            if latest is None:
+                raise FileNotFoundError(f"do_train is false but {model_dir} has no checkpoint")
+            tf.train.Checkpoint(model=runner.model).restore(latest).expect_partial()
+        if config.do_eval:
+            results.append(runner.evaluate())
+            write_results(config, results)
+            if config.write_test_outputs and trial <= config.n_writes_test:
+                runner.write_test_outputs(trial)
+        if trial != config.num_trials and not config.keep_all_models:
+            shutil.rmtree(model_dir)
+    if results:
+        for task, metrics in summarize(results).items():
+            log(f"median {task}: " + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items()))
+    return results

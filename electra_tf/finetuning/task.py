@@ -1,0 +1,86 @@
+"""The task interface shared by GLUE, QA and tagging (the original's `finetune/task.py`).
+
+A task reads its raw split files into examples, featurizes an example into one or more flat
+feature dicts (`input_ids`, `input_mask`, `segment_ids`, `task_id` and `<task>_*` keys, the
+original's names), declares those keys' shapes (`feature_specs`), builds its head and its scorer.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import tf_keras as keras
+
+from electra_tf.finetuning.config import FinetuningConfig
+
+
+class DataError(ValueError):
+    """A malformed input file; the message names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """One TFRecord feature: fixed shape, int64 (cast to int32 on read) or float32."""
+
+    name: str
+    shape: tuple[int, ...]
+    is_int: bool = True
+
+    def default(self) -> list:
+        size = 1
+        for d in self.shape:
+            size *= d
+        return [0 if self.is_int else 0.0] * size
+
+
+def shared_feature_specs(config: FinetuningConfig) -> list[FeatureSpec]:
+    length = config.max_seq_length
+    return [
+        FeatureSpec("input_ids", (length,)),
+        FeatureSpec("input_mask", (length,)),
+        FeatureSpec("segment_ids", (length,)),
+        FeatureSpec("task_id", ()),
+    ]
+
+
+class Task(abc.ABC):
+    """A fine-tuning task. `tokenizer` is a `FullTokenizer` (tokenize/convert_tokens_to_ids)."""
+
+    def __init__(self, config: FinetuningConfig, name: str, tokenizer: Any):
+        self.config = config
+        self.name = name
+        self.tokenizer = tokenizer
+
+    @property
+    def task_id(self) -> int:
+        return self.config.task_names.index(self.name)
+
+    @abc.abstractmethod
+    def get_examples(self, split: str) -> list[Any]:
+        """Reads `finetuning_data/<task>/<split>.*`."""
+
+    @abc.abstractmethod
+    def featurize(self, example: Any, is_training: bool) -> list[dict[str, Any]]:
+        """One example -> a list of flat feature dicts (QA gives one per document span)."""
+
+    @abc.abstractmethod
+    def feature_specs(self) -> list[FeatureSpec]:
+        """This task's own features (`<task>_*`)."""
+
+    @abc.abstractmethod
+    def make_head(self) -> keras.layers.Layer:
+        """The prediction head: `head(encoder_outputs, features, training) -> (losses [B],
+        outputs dict)`, with `variable_map()` keyed `task_specific/<task>/...`."""
+
+    @abc.abstractmethod
+    def get_scorer(self, split: str = "dev") -> Any:
+        """A fresh scorer (`update(per-example result dict)`, `get_results()`)."""
+
+    def get_test_splits(self) -> list[str]:
+        return ["test"]
+
+    def label_strings(self) -> list[str] | None:
+        """Label names for submission files; None for regression / span tasks."""
+        return None
