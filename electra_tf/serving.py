@@ -1,0 +1,235 @@
+"""The `tf.Module` that a SavedModel for TF Serving is made of: signatures and post-processing.
+
+One `ServingModule` wraps a Keras model (through a `predict(features) -> raw outputs` function),
+a `TextFeaturizer` and the vocabulary, and exposes three signatures:
+
+- `serving_default`: raw UTF-8 strings, `text` [batch] (or `text_a`, `text_b` [batch] for pair
+  tasks), tokenized in the graph exactly as in training.
+- `encode_ids`: `input_ids`, `input_mask`, `segment_ids` int32 [batch, seq_len], for clients that
+  tokenize themselves; the same outputs.
+- `tokenize`: the text inputs -> the three id tensors and the WordPiece `tokens` (debugging).
+
+The outputs depend on `kind` (each [batch, ...], so TF Serving's row format works):
+
+- `discriminator`: `replaced_probability` [B, L] (sigmoid of the replaced-token logit, 0 on
+  padding), `mean_replaced_probability` / `max_replaced_probability` [B] over the real tokens
+  other than [CLS] / [SEP] (0 when there are none): a fluency / error-detection score.
+- `encoder`: `sequence_output` [B, L, H], `cls_output` [B, H].
+- `classification`: `probabilities` [B, C], `label_id` [B], `label` [B] (string), `logits`.
+- `regression`: `score` [B], the head's output mapped back to the label scale.
+- `qa`: `start_index`, `end_index` [B] (token positions; 0/0 = no answer, the [CLS] slot),
+  `answer_text` [B] (WordPiece tokens joined, `##` merged: lower-cased when the vocabulary is),
+  `span_log_prob` [B], `answerable_logit` [B].
+- `tagging`: `tag_id` [B, L], `tag` [B, L] (string; "" off the words), `is_word_start` [B, L]
+  (the original tags only a word's first sub-token).
+
+Every kind also returns `input_mask` [B, L] and, except the encoder, `tokens` [B, L].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+
+from electra_tf.serving_features import TextFeaturizer
+
+KINDS = ("discriminator", "encoder", "classification", "regression", "qa", "tagging")
+
+RawOutputs = dict[str, tf.Tensor]
+
+
+def _ids_spec() -> dict[str, tf.TensorSpec]:
+    return {
+        name: tf.TensorSpec([None, None], tf.int32, name=name)
+        for name in ("input_ids", "input_mask", "segment_ids")
+    }
+
+
+class ServingModule(tf.Module):
+    """Signatures for one exported model.
+
+    Args:
+        predict: features dict -> raw model outputs (see each `_<kind>` method for the keys).
+        model: the Keras model `predict` uses (its variables are saved).
+        featurizer: raw text -> features, in the graph.
+        vocab_tokens: the vocabulary in id order (for `tokens` and QA answer text).
+        kind: one of KINDS.
+        pair: whether `serving_default` takes `text_a` and `text_b` instead of `text`.
+        label_names: class names (classification) or tag names (tagging).
+        score_scale, score_offset: regression output = prediction * scale + offset.
+        max_answer_length: QA spans longer than this many tokens are not candidates.
+    """
+
+    def __init__(
+        self,
+        predict: Callable[[dict[str, tf.Tensor]], RawOutputs],
+        model: tf.Module,
+        featurizer: TextFeaturizer,
+        vocab_tokens: Sequence[str],
+        kind: str,
+        pair: bool = False,
+        label_names: Sequence[str] | None = None,
+        score_scale: float = 1.0,
+        score_offset: float = 0.0,
+        max_answer_length: int = 30,
+        name: str = "electra_serving",
+    ):
+        super().__init__(name=name)
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is not one of {KINDS}")
+        if kind in ("classification", "tagging") and not label_names:
+            raise ValueError(f"kind {kind!r} needs label_names")
+        self._predict = predict
+        # Only the variables are tracked, not the Keras model: the signatures capture them, and
+        # this avoids Keras' own SavedModel serialisation (its traced call functions).
+        self.model_variables = list(model.variables)
+        self.featurizer = featurizer
+        self.kind = kind
+        self.pair = pair
+        self.vocab_tokens = tf.constant(list(vocab_tokens))
+        self.label_names = tf.constant(list(label_names or [""]))
+        self.score_scale = score_scale
+        self.score_offset = score_offset
+        self.max_answer_length = max_answer_length
+        self.special_ids = tf.constant(
+            [featurizer.cls_id, featurizer.sep_id, 0], tf.int32
+        )  # [CLS], [SEP], [PAD]
+
+    # ------------------------------------------------------------------ signatures
+    def signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        text = tf.TensorSpec([None], tf.string, name="text")
+        text_a = tf.TensorSpec([None], tf.string, name="text_a")
+        text_b = tf.TensorSpec([None], tf.string, name="text_b")
+        if self.pair:
+            serve = tf.function(lambda text_a, text_b: self.serve_text(text_a, text_b))
+            tokenize = tf.function(lambda text_a, text_b: self.tokenize_text(text_a, text_b))
+            specs = (text_a, text_b)
+        else:
+            serve = tf.function(lambda text: self.serve_text(text))
+            tokenize = tf.function(lambda text: self.tokenize_text(text))
+            specs = (text,)
+        encode = tf.function(
+            lambda input_ids, input_mask, segment_ids: self.outputs(
+                {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+            )
+        )
+        ids = _ids_spec()
+        return {
+            "serving_default": serve.get_concrete_function(*specs),
+            "encode_ids": encode.get_concrete_function(**ids),
+            "tokenize": tokenize.get_concrete_function(*specs),
+        }
+
+    def tokenize_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:
+        features = self.featurizer(text_a, text_b)
+        return {**features, "tokens": self._tokens(features)}
+
+    def serve_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:
+        return self.outputs(self.featurizer(text_a, text_b))
+
+    def outputs(self, features: dict[str, tf.Tensor]) -> RawOutputs:
+        features = {k: tf.cast(v, tf.int32) for k, v in features.items()}
+        raw = self._predict(features)
+        result = getattr(self, f"_{self.kind}")(features, raw)
+        result["input_mask"] = features["input_mask"]
+        if self.kind != "encoder":
+            result["tokens"] = self._tokens(features)
+        return result
+
+    # ------------------------------------------------------------------ helpers
+    def _tokens(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
+        tokens = tf.gather(self.vocab_tokens, features["input_ids"])  # [B, L]
+        return tf.where(features["input_mask"] > 0, tokens, "")
+
+    def _real_tokens(self, features: dict[str, tf.Tensor]) -> tf.Tensor:
+        """[B, L] bool: real tokens that are not [CLS] / [SEP]."""
+        ids = features["input_ids"]
+        special = tf.reduce_any(ids[:, :, None] == self.special_ids, axis=-1)  # [B, L]
+        return tf.logical_and(features["input_mask"] > 0, tf.logical_not(special))
+
+    # ------------------------------------------------------------------ per kind
+    def _discriminator(self, features, raw):
+        real = tf.cast(self._real_tokens(features), tf.float32)
+        mask = tf.cast(features["input_mask"], tf.float32)
+        probs = tf.sigmoid(tf.cast(raw["logits"], tf.float32)) * mask  # [B, L]
+        count = tf.reduce_sum(real, axis=-1)
+        mean = tf.math.divide_no_nan(tf.reduce_sum(probs * real, axis=-1), count)
+        return {
+            "replaced_probability": probs,
+            "mean_replaced_probability": mean,
+            # Probabilities are >= 0, so masking with 0 gives 0 for a row without real tokens.
+            "max_replaced_probability": tf.reduce_max(probs * real, axis=-1),
+        }
+
+    def _encoder(self, features, raw):
+        return {
+            "sequence_output": tf.cast(raw["sequence_output"], tf.float32),
+            "cls_output": tf.cast(raw["cls_output"], tf.float32),
+        }
+
+    def _classification(self, features, raw):
+        logits = tf.cast(raw["logits"], tf.float32)
+        label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {
+            "logits": logits,
+            "probabilities": tf.nn.softmax(logits, axis=-1),
+            "label_id": label_id,
+            "label": tf.gather(self.label_names, label_id),
+        }
+
+    def _regression(self, features, raw):
+        prediction = tf.cast(raw["predictions"], tf.float32)
+        return {"score": prediction * self.score_scale + self.score_offset}
+
+    def _tagging(self, features, raw):
+        tag_id = tf.argmax(tf.cast(raw["logits"], tf.float32), -1, output_type=tf.int32)
+        tokens = tf.gather(self.vocab_tokens, features["input_ids"])  # [B, L]
+        continuation = tf.strings.regex_full_match(tokens, "##.*")
+        word_start = tf.logical_and(self._real_tokens(features), tf.logical_not(continuation))
+        return {
+            "tag_id": tag_id,
+            "tag": tf.where(word_start, tf.gather(self.label_names, tag_id), ""),
+            "is_word_start": word_start,
+        }
+
+    def _qa(self, features, raw):
+        # Beam outputs of the joint head: start [B, K], end [B, K, K] (ends per start).
+        start_lp = tf.cast(raw["start_top_log_probs"], tf.float32)
+        start_idx = tf.cast(raw["start_top_index"], tf.int32)
+        end_lp = tf.cast(raw["end_top_log_probs"], tf.float32)
+        end_idx = tf.cast(raw["end_top_index"], tf.int32)
+        k = tf.shape(start_idx)[1]
+        starts = tf.broadcast_to(start_idx[:, :, None], tf.shape(end_idx))  # [B, K, K]
+        # A candidate must lie in the context (segment 1, real) and be well-ordered and short,
+        # as the original's prediction writer filters them.
+        context = tf.logical_and(features["segment_ids"] > 0, features["input_mask"] > 0)
+        in_context_start = tf.gather(context, starts, batch_dims=1)  # [B, K, K]
+        in_context_end = tf.gather(context, end_idx, batch_dims=1)  # [B, K, K]
+        length = end_idx - starts + 1
+        valid = in_context_start & in_context_end & (length >= 1)
+        valid &= length <= self.max_answer_length
+        scores = start_lp[:, :, None] + end_lp  # [B, K, K]
+        scores = tf.where(valid, scores, -1e9)
+        flat = tf.reshape(scores, [-1, k * k])  # [B, K*K]
+        best = tf.argmax(flat, axis=-1, output_type=tf.int32)
+        has_answer = tf.reduce_max(flat, axis=-1) > -1e8
+        start = tf.where(
+            has_answer, tf.gather(tf.reshape(starts, [-1, k * k]), best, batch_dims=1), 0
+        )
+        end = tf.where(
+            has_answer, tf.gather(tf.reshape(end_idx, [-1, k * k]), best, batch_dims=1), 0
+        )
+        tokens = tf.gather(self.vocab_tokens, features["input_ids"])  # [B, L]
+        positions = tf.range(tf.shape(tokens)[1])[None, :]  # [1, L]
+        in_span = (positions >= start[:, None]) & (positions <= end[:, None]) & has_answer[:, None]
+        joined = tf.strings.reduce_join(
+            tf.ragged.boolean_mask(tokens, in_span), axis=-1, separator=" "
+        )  # [B]
+        return {
+            "start_index": start,
+            "end_index": end,
+            "answer_text": tf.strings.regex_replace(joined, " ##", ""),
+            "span_log_prob": tf.where(has_answer, tf.reduce_max(flat, axis=-1), 0.0),
+            "answerable_logit": tf.cast(raw["answerable_logit"], tf.float32),
+        }
