@@ -331,39 +331,53 @@ def model_weights(model) -> dict[str, np.ndarray]:
     return {name: var.numpy() for name, var in model.variable_map().items()}
 
 
-def assign(
+def check_fit(
     variables: Mapping[str, tf.Variable], source: SourceWeights, where: str = "model"
-) -> LoadResult:
-    """Assigns `source` to `variables` (by original name), after checking ALL names/shapes."""
+) -> list[str]:
+    """Raises CheckpointError listing EVERY target variable the source lacks or has with
+    another shape; returns the fine-tuning heads (`task_specific/...`) left to initialise."""
     weights = source.weights
     missing, wrong, fresh = [], [], []
     for name, var in sorted(variables.items()):
         if name not in weights:
             # Fine-tuning heads start fresh by design; anything else would be random silently.
-            (fresh if name.startswith("task_specific/") else missing).append(
-                f"{name} {list(var.shape)}"
-            )
+            if name.startswith("task_specific/"):
+                fresh.append(name)
+            else:
+                missing.append(f"{name} {list(var.shape)}")
         elif tuple(weights[name].shape) != tuple(var.shape):
             wrong.append(f"{name}: expected {list(var.shape)}, found {list(weights[name].shape)}")
     if missing or wrong:
         lines = [f"{source.path} ({source.fmt}) does not fit {where}:"]
         if missing:
-            lines += [f"  {len(missing)} missing (name [expected shape]):"] + [
-                f"    {m}" for m in missing
-            ]
+            lines.append(f"  {len(missing)} missing (name [expected shape]):")
+            lines += [f"    {m}" for m in missing]
         if wrong:
-            lines += [f"  {len(wrong)} with the wrong shape:"] + [f"    {w}" for w in wrong]
+            lines.append(f"  {len(wrong)} with the wrong shape:")
+            lines += [f"    {w}" for w in wrong]
         raise CheckpointError("\n".join(lines))
+    return fresh
+
+
+def assign(
+    variables: Mapping[str, tf.Variable], source: SourceWeights, where: str = "model"
+) -> LoadResult:
+    """Assigns `source` to `variables` (by original name), after checking ALL names/shapes."""
+    fresh = check_fit(variables, source, where)
+    weights = source.weights
     for name, var in variables.items():
         if name in weights:
             var.assign(weights[name].astype(var.dtype.as_numpy_dtype))
     unused = sorted(set(weights) - set(variables)) + source.unused
     if unused:
-        _LOG.warning("%s: %d source variables unused by %s: %s", source.path, len(unused), where,
-                     ", ".join(unused))  # fmt: skip
+        _LOG.warning(
+            "%s: %d source variables unused by %s: %s",
+            source.path, len(unused), where, ", ".join(unused),
+        )  # fmt: skip
     loaded = sorted(n for n in variables if n in weights)
-    return LoadResult(source.fmt, source.path, source.global_step, loaded, fresh, unused,
-                      source.skipped)  # fmt: skip
+    return LoadResult(
+        source.fmt, source.path, source.global_step, loaded, fresh, unused, source.skipped
+    )
 
 
 def load_into(

@@ -1,0 +1,104 @@
+"""Writes an HF export plus this project's logits on a fixed batch, for check_hf_parity.py.
+
+    .venv/bin/python bench/make_hf_parity_case.py --output /tmp/parity [--input CKPT] \\
+        [--preset small] [--hparams '{...}']
+
+Without --input the weights are random, and every tensor (LayerNorm scales and biases and the
+generator's output bias included, which initialise to constants) is perturbed so that a
+swapped, untransposed or missing tensor shows up as a logit difference. Writes
+`<output>/hf/{discriminator,generator}` and `<output>/logits.npz`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from electra_tf import checkpoints  # noqa: E402
+from electra_tf.config import pretraining_config  # noqa: E402
+from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
+from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--input", help="checkpoint to export (any format); default: random")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--hparams", default="{}")
+    parser.add_argument("--batch-size", type=int, default=3)
+    parser.add_argument("--seq-len", type=int, default=40)
+    parser.add_argument("--num-masked", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args()
+
+    tf.random.set_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    source = checkpoints.read_weights(args.input) if args.input else None
+    config = (
+        source.config if source else pretraining_config(preset=args.preset, hparams=args.hparams)
+    )
+    disc_config, gen_config = config.discriminator_config(), config.generator_config()
+    discriminator = TransformerEncoder(disc_config, name="electra")
+    shared = None if config.untied_generator_embeddings else discriminator.embeddings
+    generator = TransformerEncoder(gen_config, embeddings=shared, name="generator")
+    disc_head = DiscriminatorHead(disc_config)
+    gen_head = GeneratorHead(gen_config, generator.embeddings)
+    variables = {
+        **discriminator.variable_map("electra"),
+        **disc_head.variable_map(),
+        **generator.variable_map("generator"),
+        **gen_head.variable_map(),
+    }
+    if source is not None:
+        checkpoints.assign(variables, source, where="parity model")
+    else:
+        for name, var in variables.items():
+            base = 1.0 if name.endswith("/gamma") else 0.0
+            var.assign(base + 0.05 * rng.standard_normal(var.shape).astype(np.float32))
+
+    batch, length = args.batch_size, args.seq_len
+    input_ids = rng.integers(5, disc_config.vocab_size, size=(batch, length)).astype(np.int32)
+    input_mask = np.ones((batch, length), np.int32)
+    input_mask[-1, length // 2 :] = 0  # one padded row checks the attention mask convention
+    input_ids[input_mask == 0] = 0
+    segment_ids = np.zeros((batch, length), np.int32)
+    segment_ids[:, length // 3 :] = 1
+    segment_ids[input_mask == 0] = 0
+    positions = np.stack(
+        [
+            rng.choice(np.arange(1, length // 2), args.num_masked, replace=False)
+            for _ in range(batch)
+        ]
+    ).astype(np.int32)  # [batch, num_masked]
+    inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+
+    disc_logits = disc_head(discriminator(inputs)["sequence_output"])  # [batch, seq_len]
+    gen_logits = gen_head(generator(inputs)["sequence_output"], positions)  # [b, n, vocab]
+
+    weights = checkpoints.SourceWeights(
+        {name: var.numpy() for name, var in variables.items()}, "native", "parity", config
+    )
+    os.makedirs(args.output, exist_ok=True)
+    checkpoints.write_weights(weights, os.path.join(args.output, "hf"), "hf", args.overwrite)
+    np.savez(
+        os.path.join(args.output, "logits.npz"),
+        disc_logits=disc_logits.numpy(),
+        gen_logits=gen_logits.numpy(),
+        masked_positions=positions,
+        **inputs,
+    )
+    print(f"wrote {args.output}/hf and {args.output}/logits.npz "
+          f"(H={disc_config.hidden_size}, Hg={gen_config.hidden_size}, V={disc_config.vocab_size})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
