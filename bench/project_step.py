@@ -1,0 +1,67 @@
+"""This project's full ELECTRA-Small train step, built exactly as `electra_tf.pretrain` builds it.
+
+The small preset (D 12 x 256, G 12 x 64 with 1 head, E 128, vocab 30522), the project's own
+AdamWeightDecay and schedule, dynamic in-graph masking and Gumbel sampling, through the training
+loop's own `make_train_function` (one step per call here, so each step can be timed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import pretraining_config
+from electra_tf.training import loop
+
+CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
+
+
+def synthetic_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.data.Dataset:
+    """`count` distinct batches of packed two-segment sequences, repeated forever.
+
+    Full-length sequences (no padding), as the packed TFRecords nearly always are.
+    """
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, vocab, size=(count * batch, seq)).astype(np.int32)
+    split = seq // 2
+    ids[:, 0], ids[:, split - 1], ids[:, -1] = CLS_ID, SEP_ID, SEP_ID
+    segments = np.zeros_like(ids)
+    segments[:, split:] = 1
+    features = {
+        "input_ids": ids,  # [count * batch, seq]
+        "input_mask": np.ones_like(ids),
+        "segment_ids": segments,
+    }
+    dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch, drop_remainder=True)
+    return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
+
+
+def build_project_step(
+    batch: int, seq: int, precision: str, jit: str
+) -> tuple[Callable[[], None], int, dict[str, Any]]:
+    """(run one step, number of trainable parameters, the resolved precision/XLA settings)."""
+    hparams: dict[str, Any] = {"train_batch_size": batch, "max_seq_length": seq}
+    if precision != "auto":
+        hparams["precision"] = precision
+    if jit != "auto":
+        hparams["jit_compile"] = jit == "on"
+    config = pretraining_config("bench", "/nonexistent-bench-data", preset="small", hparams=hparams)
+    keras.mixed_precision.set_global_policy(config.precision)
+    strategy = tf.distribute.get_strategy()
+    model = loop.build_model(config)
+    optimizer = loop.build_optimizer(config, model)
+    model.compile(optimizer=optimizer)
+    train_steps = loop.make_train_function(model, strategy, bool(config.jit_compile))
+    iterator = iter(synthetic_batches(batch, seq, config.vocab_size))
+    one = tf.constant(1)
+
+    def run_step() -> None:
+        train_steps(iterator, one).numpy()
+
+    params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    resolved = {"precision": config.precision, "jit_compile": bool(config.jit_compile)}
+    return run_step, params, resolved
