@@ -331,6 +331,15 @@ def model_weights(model) -> dict[str, np.ndarray]:
     return {name: var.numpy() for name, var in model.variable_map().items()}
 
 
+def summarize(names: list[str]) -> str:
+    """`generator/* (68), discriminator_predictions/* (4)`: a long name list in one line."""
+    counts: dict[str, int] = {}
+    for name in names:
+        scope = name.split("/", 1)[0]
+        counts[scope] = counts.get(scope, 0) + 1
+    return ", ".join(f"{scope}/* ({n})" for scope, n in sorted(counts.items()))
+
+
 def check_fit(
     variables: Mapping[str, tf.Variable], source: SourceWeights, where: str = "model"
 ) -> list[str]:
@@ -372,7 +381,7 @@ def assign(
     if unused:
         _LOG.warning(
             "%s: %d source variables unused by %s: %s",
-            source.path, len(unused), where, ", ".join(unused),
+            source.path, len(unused), where, summarize(unused),
         )  # fmt: skip
     loaded = sorted(n for n in variables if n in weights)
     return LoadResult(

@@ -1,0 +1,95 @@
+"""The `python -m electra_tf.convert` CLI: dry runs, conversions, refusals."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+from test_checkpoints import original_shapes, write_tf1_checkpoint
+
+from electra_tf import convert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tf1_checkpoint(directory, **kwargs):
+    shapes = original_shapes(layers=1, gen_layers=1, **kwargs)
+    return shapes, write_tf1_checkpoint(str(directory), shapes, step=42)
+
+
+def test_dry_run_prints_every_mapping_and_writes_nothing(tmp_path, capsys):
+    shapes, _ = _tf1_checkpoint(tmp_path / "orig")
+    out = tmp_path / "hf"
+    rc = convert.main(
+        ["--from", "original", "--to", "hf", "--input", str(tmp_path / "orig"),
+         "--output", str(out), "--dry-run"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out.splitlines()
+    assert rc == 0 and not out.exists()
+    assert (
+        "electra/encoder/layer_0/intermediate/dense/kernel [256, 1024] -> "
+        "discriminator/electra.encoder.layer.0.intermediate.dense.weight [1024, 256]" in printed
+    )
+    assert (
+        "discriminator_predictions/dense_1/kernel [256, 1] -> "
+        "discriminator/discriminator_predictions.dense_prediction.weight [1, 256]" in printed
+    )
+    assert "generator_predictions/output_bias [50] -> generator/generator_lm_head.bias [50]" in (
+        printed
+    )
+    # The shared embedding table goes to both folders.
+    assert sum(line.startswith("electra/embeddings/word_embeddings ") for line in printed) == 2
+    assert "global_step -> (skipped: optimizer slot / step)" in printed
+    mapped = {line.split(" ")[0] for line in printed if " -> " in line}
+    assert set(shapes) <= mapped
+
+
+def test_original_to_hf_to_original_via_cli(tmp_path, capsys):
+    _, values = _tf1_checkpoint(tmp_path / "orig")
+    args = ["--input", str(tmp_path / "orig"), "--output", str(tmp_path / "hf")]
+    assert convert.main(["--to", "hf", *args]) == 0  # --from auto detects "original"
+    assert sorted(os.listdir(tmp_path / "hf")) == ["discriminator", "generator"]
+    back = ["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "orig2")]
+    assert convert.main(["--from", "hf", "--to", "original", *back]) == 0
+    reader = tf.train.load_checkpoint(str(tmp_path / "orig2"))
+    stored = reader.get_variable_to_shape_map()
+    assert sorted(stored) == sorted([*values, "global_step"])
+    for name, value in values.items():
+        np.testing.assert_array_equal(reader.get_tensor(name), value)
+    assert reader.get_tensor("global_step").dtype == np.int64
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
+    _tf1_checkpoint(tmp_path / "orig")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "checkpoint").write_text("keep me")
+    args = ["--to", "original", "--input", str(tmp_path / "orig"), "--output", str(out)]
+    assert convert.main(args) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / "checkpoint").read_text() == "keep me"
+    assert convert.main([*args, "--overwrite"]) == 0
+    assert tf.train.load_checkpoint(str(out)).get_tensor("global_step") == 42
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    missing = tmp_path / "nothing-here"
+    rc = convert.main(["--to", "hf", "--input", str(missing), "--output", str(tmp_path / "o")])
+    assert rc == 2
+    assert str(missing) in capsys.readouterr().err
+
+
+def test_module_entry_point_runs(tmp_path):
+    _tf1_checkpoint(tmp_path / "orig", generator=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "electra_tf.convert", "--to", "hf", "--dry-run",
+         "--input", str(tmp_path / "orig"), "--output", str(tmp_path / "hf")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "original -> hf; nothing written" in result.stdout
+    assert not (tmp_path / "hf").exists()
