@@ -1,0 +1,94 @@
+"""The shared embedding block of ELECTRA (the original's `electra/embeddings` scope)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ModelConfig
+from electra_tf.modeling.utils import (
+    build_sublayer,
+    layer_norm,
+    layer_norm_map,
+    require_built,
+    truncated_normal,
+)
+
+
+class Embeddings(keras.layers.Layer):
+    """Word + position + token-type embeddings at the embedding width, then LayerNorm, dropout.
+
+    In ELECTRA this whole block (all three tables and the LayerNorm) is shared by the generator
+    and the discriminator; pass one instance to both `TransformerEncoder`s. Its variables are
+    `electra/embeddings/*` in the original checkpoints (ORIGINAL.md 5.1).
+
+    Args:
+        config: the encoder config; tables are `config.embedding_width` wide.
+
+    Call args:
+        input_ids: int [batch, seq_len].
+        segment_ids: int [batch, seq_len] token-type ids.
+        training: enables dropout.
+
+    Returns:
+        float [batch, seq_len, embedding_width].
+    """
+
+    def __init__(self, config: ModelConfig, **kwargs):
+        kwargs.setdefault("name", "embeddings")
+        super().__init__(**kwargs)
+        self.config = config
+        self.layer_norm = layer_norm()
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        width = self.config.embedding_width
+        # One initializer instance per table: an unseeded tf_keras initializer returns the same
+        # values on every call.
+        self.word_embeddings = self.add_weight(
+            "word_embeddings",
+            shape=[self.config.vocab_size, width],
+            initializer=truncated_normal(self.config),
+        )
+        self.position_embeddings = self.add_weight(
+            "position_embeddings",
+            shape=[self.config.max_position_embeddings, width],
+            initializer=truncated_normal(self.config),
+        )
+        self.token_type_embeddings = self.add_weight(
+            "token_type_embeddings",
+            shape=[self.config.type_vocab_size, width],
+            initializer=truncated_normal(self.config),
+        )
+        build_sublayer(self.layer_norm, [None, None, width])
+        super().build(input_shape)
+
+    def call(self, input_ids, segment_ids, training=False):
+        seq_len = tf.shape(input_ids)[1]
+        words = tf.gather(self.word_embeddings, input_ids)  # [batch, seq_len, width]
+        # The original uses a one-hot matmul for token types; a gather is the same numbers.
+        types = tf.gather(self.token_type_embeddings, segment_ids)  # [batch, seq_len, width]
+        positions = self.position_embeddings[:seq_len][tf.newaxis]  # [1, seq_len, width]
+        embeddings = self.layer_norm(words + types + positions)
+        return self.dropout(embeddings, training=training)
+
+    def variable_map(self, scope: str = "electra") -> dict[str, tf.Variable]:
+        """Original checkpoint names (`<scope>/embeddings/...`) -> variables."""
+        require_built(self)
+        prefix = f"{scope}/embeddings"
+        return {
+            f"{prefix}/word_embeddings": self.word_embeddings,
+            f"{prefix}/token_type_embeddings": self.token_type_embeddings,
+            f"{prefix}/position_embeddings": self.position_embeddings,
+            **layer_norm_map(f"{prefix}/LayerNorm", self.layer_norm),
+        }
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ModelConfig.from_dict(config.pop("config")), **config)

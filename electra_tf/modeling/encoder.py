@@ -1,0 +1,123 @@
+"""The ELECTRA transformer encoder (the original's `BertModel`, without a pooler)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ModelConfig
+from electra_tf.modeling.embeddings import Embeddings
+from electra_tf.modeling.transformer import TransformerLayer
+from electra_tf.modeling.utils import build_sublayer, dense_map, require_built
+
+
+class TransformerEncoder(keras.layers.Layer):
+    """Embeddings (+ `embeddings_project` when E != H) followed by L post-LN transformer blocks.
+
+    As the original `BertModel`: padded keys get an additive -10000 attention bias (padded
+    queries are not masked), dropout is active only when training, and there is no pooler: the
+    [CLS] output is simply `sequence_output[:, 0]`. All variables are created in the
+    constructor, in a fixed order.
+
+    Args:
+        config: the encoder config.
+        embeddings: an `Embeddings` layer to use instead of creating one. ELECTRA's generator
+            gets the discriminator's, so the whole embedding block is shared. Its width must be
+            `config.embedding_width`.
+        name: the Keras layer name.
+
+    Call args:
+        inputs: dict with int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
+        training: enables dropout.
+
+    Returns:
+        dict with `sequence_output` [batch, seq_len, hidden], `cls_output` [batch, hidden] and
+        `embedding_output` [batch, seq_len, embedding_width] (before the projection).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        embeddings: Embeddings | None = None,
+        name: str = "transformer_encoder",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        self.config = config
+        self.owns_embeddings = embeddings is None
+        if embeddings is None:
+            embeddings = Embeddings(config, dtype=self.dtype_policy)
+        elif embeddings.config.embedding_width != config.embedding_width:
+            raise ValueError(
+                f"{name}: shared embeddings are {embeddings.config.embedding_width} wide but "
+                f"config.embedding_width is {config.embedding_width}"
+            )
+        self.embeddings = embeddings
+        self.embeddings_project = None
+        if config.embedding_width != config.hidden_size:
+            # tf.layers.dense's defaults in the original: Glorot-uniform kernel, no activation.
+            self.embeddings_project = keras.layers.Dense(
+                config.hidden_size, name="embeddings_project"
+            )
+        self.transformer_layers = [
+            TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)
+        ]
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        self.embeddings.build(None)
+        if self.embeddings_project is not None:
+            build_sublayer(self.embeddings_project, [None, None, self.config.embedding_width])
+        for layer in self.transformer_layers:
+            build_sublayer(layer, None)
+        super().build(input_shape)
+
+    def call(self, inputs, training=False):
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
+        embedding_output = self.embeddings(input_ids, segment_ids, training=training)
+        hidden = embedding_output
+        if self.embeddings_project is not None:
+            hidden = self.embeddings_project(hidden)
+        # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
+        key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
+        attention_bias = (1.0 - key_mask) * -10000.0
+        for layer in self.transformer_layers:
+            hidden = layer(hidden, attention_bias, training=training)
+        return {
+            "sequence_output": hidden,
+            "cls_output": hidden[:, 0],
+            "embedding_output": embedding_output,
+        }
+
+    def variable_map(
+        self, scope: str = "electra", include_embeddings: bool = True
+    ) -> dict[str, tf.Variable]:
+        """Original checkpoint names -> variables (ORIGINAL.md 5.1-5.3).
+
+        Args:
+            scope: "electra" for the discriminator, "generator" for the generator.
+            include_embeddings: whether to list the embedding block. A shared block is always
+                `electra/embeddings/*` (as the original's AUTO_REUSE scope); an encoder's own,
+                untied block lives under `<scope>/embeddings/*`.
+        """
+        require_built(self)
+        names: dict[str, tf.Variable] = {}
+        if include_embeddings:
+            names.update(self.embeddings.variable_map(scope if self.owns_embeddings else "electra"))
+        if self.embeddings_project is not None:
+            names.update(dense_map(f"{scope}/embeddings_project", self.embeddings_project))
+        for i, layer in enumerate(self.transformer_layers):
+            names.update(layer.variable_map(f"{scope}/encoder/layer_{i}"))
+        return names
+
+    def get_config(self):
+        # A shared `embeddings` layer is not serialised: from_config builds its own block.
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ModelConfig.from_dict(config.pop("config")), **config)

@@ -1,0 +1,134 @@
+"""The two pre-training heads: the generator's tied masked-LM head and the discriminator's
+replaced-token-detection head."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ModelConfig
+from electra_tf.modeling.embeddings import Embeddings
+from electra_tf.modeling.utils import (
+    build_sublayer,
+    dense_map,
+    layer_norm,
+    layer_norm_map,
+    require_built,
+    truncated_normal,
+)
+
+
+class GeneratorHead(keras.layers.Layer):
+    """Masked-LM head tied to the input embeddings (the original's `generator_predictions`).
+
+    Gathers the generator's hidden states at the masked positions FIRST (so the vocabulary
+    projection only runs on N slots, not L), then dense(E, gelu) -> LayerNorm ->
+    logits = h . word_embeddings^T + output_bias.
+
+    Args:
+        config: the generator's encoder config (hidden size in, embedding width out).
+        embeddings: the `Embeddings` whose word table the output layer is tied to.
+
+    Call args:
+        sequence_output: float [batch, seq_len, generator_hidden].
+        positions: int [batch, num_masked] masked positions.
+
+    Returns:
+        float logits [batch, num_masked, vocab] in the layer's compute dtype.
+    """
+
+    def __init__(self, config: ModelConfig, embeddings: Embeddings, **kwargs):
+        kwargs.setdefault("name", "generator_predictions")
+        super().__init__(**kwargs)
+        self.config = config
+        self.embeddings = embeddings
+        self.dense = keras.layers.Dense(
+            config.embedding_width,
+            activation=config.hidden_act,
+            kernel_initializer=truncated_normal(config),
+            name="dense",
+        )
+        self.layer_norm = layer_norm()
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        build_sublayer(self.dense, [None, None, self.config.hidden_size])
+        build_sublayer(self.layer_norm, [None, None, self.config.embedding_width])
+        self.output_bias = self.add_weight(
+            "output_bias", shape=[self.config.vocab_size], initializer="zeros"
+        )
+        super().build(input_shape)
+
+    def call(self, sequence_output, positions):
+        # [batch, num_masked, generator_hidden]
+        hidden = tf.gather(sequence_output, positions, batch_dims=1)
+        hidden = self.layer_norm(self.dense(hidden))
+        table = tf.cast(self.embeddings.word_embeddings, hidden.dtype)  # [vocab, width]
+        logits = tf.einsum("bne,ve->bnv", hidden, table)  # [batch, num_masked, vocab]
+        return logits + tf.cast(self.output_bias, logits.dtype)
+
+    def variable_map(self, scope: str = "generator_predictions") -> dict[str, tf.Variable]:
+        """The head's own variables; the tied table is listed by the encoder that owns it."""
+        require_built(self)
+        return {
+            **dense_map(f"{scope}/dense", self.dense),
+            **layer_norm_map(f"{scope}/LayerNorm", self.layer_norm),
+            f"{scope}/output_bias": self.output_bias,
+        }
+
+
+class DiscriminatorHead(keras.layers.Layer):
+    """Replaced-token-detection head (the original's `discriminator_predictions`).
+
+    dense(H, gelu, truncated normal) -> dense(1, Glorot-uniform as tf.layers.dense's default)
+    -> squeeze.
+
+    Args:
+        config: the discriminator's encoder config.
+
+    Call args:
+        sequence_output: float [batch, seq_len, hidden].
+
+    Returns:
+        float logits [batch, seq_len] in the layer's compute dtype.
+    """
+
+    def __init__(self, config: ModelConfig, **kwargs):
+        kwargs.setdefault("name", "discriminator_predictions")
+        super().__init__(**kwargs)
+        self.config = config
+        self.dense = keras.layers.Dense(
+            config.hidden_size,
+            activation=config.hidden_act,
+            kernel_initializer=truncated_normal(config),
+            name="dense",
+        )
+        self.dense_1 = keras.layers.Dense(1, name="dense_1")
+        self.build()
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        build_sublayer(self.dense, [None, None, self.config.hidden_size])
+        build_sublayer(self.dense_1, [None, None, self.config.hidden_size])
+        super().build(input_shape)
+
+    def call(self, sequence_output):
+        return tf.squeeze(self.dense_1(self.dense(sequence_output)), -1)  # [batch, seq_len]
+
+    def variable_map(self, scope: str = "discriminator_predictions") -> dict[str, tf.Variable]:
+        require_built(self)
+        return {
+            **dense_map(f"{scope}/dense", self.dense),
+            **dense_map(f"{scope}/dense_1", self.dense_1),
+        }
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ModelConfig.from_dict(config.pop("config")), **config)

@@ -1,0 +1,126 @@
+"""One post-LayerNorm BERT transformer block (the original's `encoder/layer_i`)."""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ModelConfig
+from electra_tf.modeling.utils import (
+    build_sublayer,
+    dense_map,
+    layer_norm,
+    layer_norm_map,
+    require_built,
+    truncated_normal,
+)
+
+
+class TransformerLayer(keras.layers.Layer):
+    """Self-attention + feed-forward block, post-LN, exactly as BERT/ELECTRA's `transformer_model`.
+
+    x -> attention(x) -> dropout -> LayerNorm(x + .) -> dense(F, erf-gelu) -> dense(H) -> dropout
+    -> LayerNorm(. + residual). Q/K/V kernels are stored [H, H] (the TF1 layout); heads are split
+    by a reshape, and both attention products are batched einsums.
+
+    Args:
+        config: the encoder config (hidden size, heads, FFN size, dropout, init range).
+
+    Call args:
+        hidden: float [batch, seq_len, hidden].
+        attention_bias: float [batch, 1, 1, seq_len], 0 for real keys and -10000 for padding.
+        training: enables dropout.
+
+    Returns:
+        float [batch, seq_len, hidden].
+    """
+
+    def __init__(self, config: ModelConfig, **kwargs):
+        super().__init__(**kwargs)
+        if config.hidden_size % config.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {config.hidden_size} is not a multiple of "
+                f"num_attention_heads {config.num_attention_heads}"
+            )
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        hidden = config.hidden_size
+
+        def dense(units, name, activation=None):
+            return keras.layers.Dense(
+                units, activation=activation, kernel_initializer=truncated_normal(config), name=name
+            )
+
+        self.query = dense(hidden, "query")
+        self.key = dense(hidden, "key")
+        self.value = dense(hidden, "value")
+        self.attention_output = dense(hidden, "attention_output")
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        # hidden_act is "gelu" for every ELECTRA model: tf_keras's gelu is the exact erf form.
+        self.intermediate = dense(config.intermediate_size, "intermediate", config.hidden_act)
+        self.output_dense = dense(hidden, "output_dense")
+        self.output_layer_norm = layer_norm("output_layer_norm")
+        self.attention_dropout = keras.layers.Dropout(config.attention_probs_dropout_prob)
+        self.hidden_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+
+    def build(self, input_shape=None):
+        if self.built:
+            return
+        hidden, ffn = self.config.hidden_size, self.config.intermediate_size
+        for layer in (self.query, self.key, self.value, self.attention_output):
+            build_sublayer(layer, [None, None, hidden])
+        build_sublayer(self.attention_layer_norm, [None, None, hidden])
+        build_sublayer(self.intermediate, [None, None, hidden])
+        build_sublayer(self.output_dense, [None, None, ffn])
+        build_sublayer(self.output_layer_norm, [None, None, hidden])
+        super().build(input_shape)
+
+    def _split_heads(self, x):
+        batch, seq_len = tf.shape(x)[0], tf.shape(x)[1]
+        # [batch, seq_len, heads, head_size]
+        return tf.reshape(x, [batch, seq_len, self.num_heads, self.head_size])
+
+    def call(self, hidden, attention_bias, training=False):
+        batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
+        # Scaling q (L*H values) rather than the scores (L*L per head) is cheaper; same math.
+        query = self._split_heads(self.query(hidden)) * (1.0 / math.sqrt(self.head_size))
+        key = self._split_heads(self.key(hidden))
+        value = self._split_heads(self.value(hidden))
+        scores = tf.einsum("bqnd,bknd->bnqk", query, key)  # [batch, heads, seq_q, seq_k]
+        scores += tf.cast(attention_bias, scores.dtype)
+        # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
+        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+        probs = self.attention_dropout(probs, training=training)
+        context = tf.einsum("bnqk,bknd->bqnd", probs, value)  # [batch, seq_q, heads, head_size]
+        # [batch, seq_len, hidden]
+        context = tf.reshape(context, [batch, seq_len, self.config.hidden_size])
+        attention = self.hidden_dropout(self.attention_output(context), training=training)
+        attention = self.attention_layer_norm(attention + hidden)
+        ffn = self.output_dense(self.intermediate(attention))
+        ffn = self.hidden_dropout(ffn, training=training)
+        return self.output_layer_norm(ffn + attention)
+
+    def variable_map(self, prefix: str) -> dict[str, tf.Variable]:
+        """Original names under `prefix` (e.g. `electra/encoder/layer_3`) -> variables."""
+        require_built(self)
+        return {
+            **dense_map(f"{prefix}/attention/self/query", self.query),
+            **dense_map(f"{prefix}/attention/self/key", self.key),
+            **dense_map(f"{prefix}/attention/self/value", self.value),
+            **dense_map(f"{prefix}/attention/output/dense", self.attention_output),
+            **layer_norm_map(f"{prefix}/attention/output/LayerNorm", self.attention_layer_norm),
+            **dense_map(f"{prefix}/intermediate/dense", self.intermediate),
+            **dense_map(f"{prefix}/output/dense", self.output_dense),
+            **layer_norm_map(f"{prefix}/output/LayerNorm", self.output_layer_norm),
+        }
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ModelConfig.from_dict(config.pop("config")), **config)

@@ -1,0 +1,146 @@
+"""An independent NumPy re-derivation of ELECTRA's forward pass and losses.
+
+Written from the math in the original paper/code (ORIGINAL.md 1.7, 3.2-3.4), never by calling
+TensorFlow: weights come in as a dict of NumPy arrays keyed by the ORIGINAL checkpoint names
+(e.g. `electra/encoder/layer_0/attention/self/query/kernel`), so the same dict also checks the
+name map. Everything is float64 to make this the more accurate side of every comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_erf = np.vectorize(math.erf)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Exact GELU: x * Phi(x), Phi the standard normal CDF."""
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-12):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    shifted = x - x.max(axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis, keepdims=True))
+
+
+def dense(w: dict, prefix: str, x: np.ndarray) -> np.ndarray:
+    return x @ w[f"{prefix}/kernel"] + w[f"{prefix}/bias"]
+
+
+def embed(w: dict, input_ids, segment_ids, scope: str = "electra") -> np.ndarray:
+    p = f"{scope}/embeddings"
+    seq_len = input_ids.shape[1]
+    x = (
+        w[f"{p}/word_embeddings"][input_ids]
+        + w[f"{p}/token_type_embeddings"][segment_ids]
+        + w[f"{p}/position_embeddings"][:seq_len][None]
+    )
+    return layer_norm(x, w[f"{p}/LayerNorm/gamma"], w[f"{p}/LayerNorm/beta"])
+
+
+def encoder(
+    w: dict,
+    input_ids,
+    input_mask,
+    segment_ids,
+    num_heads: int,
+    scope: str = "electra",
+    embeddings_scope: str = "electra",
+) -> np.ndarray:
+    """BERT post-LN encoder, no dropout. Returns [batch, seq_len, hidden]."""
+    x = embed(w, input_ids, segment_ids, embeddings_scope)
+    if f"{scope}/embeddings_project/kernel" in w:
+        x = dense(w, f"{scope}/embeddings_project", x)
+    batch, seq_len, hidden = x.shape
+    head = hidden // num_heads
+    # Padded keys only: every query row sees the same additive bias.
+    bias = (1.0 - input_mask[:, None, None, :].astype(np.float64)) * -10000.0
+    i = 0
+    while f"{scope}/encoder/layer_{i}/attention/self/query/kernel" in w:
+        p = f"{scope}/encoder/layer_{i}"
+
+        def heads(t):
+            return t.reshape(batch, seq_len, num_heads, head).transpose(0, 2, 1, 3)
+
+        q = heads(dense(w, f"{p}/attention/self/query", x))
+        k = heads(dense(w, f"{p}/attention/self/key", x))
+        v = heads(dense(w, f"{p}/attention/self/value", x))
+        probs = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias)
+        ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)
+        attn = layer_norm(
+            dense(w, f"{p}/attention/output/dense", ctx) + x,
+            w[f"{p}/attention/output/LayerNorm/gamma"],
+            w[f"{p}/attention/output/LayerNorm/beta"],
+        )
+        ffn = dense(w, f"{p}/output/dense", gelu(dense(w, f"{p}/intermediate/dense", attn)))
+        x = layer_norm(
+            ffn + attn, w[f"{p}/output/LayerNorm/gamma"], w[f"{p}/output/LayerNorm/beta"]
+        )
+        i += 1
+    return x
+
+
+def generator_logits(w: dict, sequence_output, positions, embeddings_scope="electra"):
+    """Tied MLM head at the masked positions: [batch, num_masked, vocab]."""
+    rows = np.arange(sequence_output.shape[0])[:, None]
+    h = sequence_output[rows, positions]
+    h = gelu(dense(w, "generator_predictions/dense", h))
+    h = layer_norm(
+        h, w["generator_predictions/LayerNorm/gamma"], w["generator_predictions/LayerNorm/beta"]
+    )
+    table = w[f"{embeddings_scope}/embeddings/word_embeddings"]
+    return h @ table.T + w["generator_predictions/output_bias"]
+
+
+def discriminator_logits(w: dict, sequence_output) -> np.ndarray:
+    h = gelu(dense(w, "discriminator_predictions/dense", sequence_output))
+    return dense(w, "discriminator_predictions/dense_1", h)[..., 0]
+
+
+def mlm_loss(logits, target_ids, weights) -> float:
+    rows = np.arange(logits.shape[0])[:, None]
+    cols = np.arange(logits.shape[1])[None, :]
+    nll = -log_softmax(logits)[rows, cols, target_ids]
+    return float((weights * nll).sum() / (weights.sum() + 1e-6))
+
+
+def sigmoid_xent(logits, labels) -> np.ndarray:
+    # -[y log s(x) + (1-y) log(1-s(x))], written in the overflow-safe form.
+    return np.maximum(logits, 0) - logits * labels + np.log1p(np.exp(-np.abs(logits)))
+
+
+def disc_loss(logits, labels, input_mask) -> float:
+    m = input_mask.astype(np.float64)
+    return float((sigmoid_xent(logits, labels) * m).sum() / (m.sum() + 1e-6))
+
+
+def scatter_update(sequence, updates, positions):
+    """The original's scatter: duplicates are summed then floor-divided by their count, slots
+    aimed at position 0 are ignored. Returns (updated, updated_mask)."""
+    out = sequence.copy()
+    mask = np.zeros_like(sequence)
+    for b in range(sequence.shape[0]):
+        sums: dict[int, int] = {}
+        counts: dict[int, int] = {}
+        for pos, val in zip(positions[b], updates[b], strict=True):
+            sums[int(pos)] = sums.get(int(pos), 0) + int(val)
+            counts[int(pos)] = counts.get(int(pos), 0) + 1
+        for pos, total in sums.items():
+            if pos == 0:
+                continue
+            out[b, pos] = total // counts[pos]
+            mask[b, pos] = 1
+    return out, mask

@@ -1,0 +1,280 @@
+"""Encoder, embeddings and heads: names/shapes, numerics vs NumPy, padding, dropout, save/load."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import reference_numpy as ref
+import tensorflow as tf
+
+from electra_tf.config import ModelConfig, pretraining_config
+from electra_tf.modeling import (
+    DiscriminatorHead,
+    Embeddings,
+    GeneratorHead,
+    TransformerEncoder,
+    TransformerLayer,
+)
+
+# E != H, two heads, tiny vocabulary: exercises embeddings_project and head splitting.
+TINY = ModelConfig(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=12,
+    embedding_size=8,
+)
+
+
+def random_inputs(batch=3, seq_len=7, vocab=40, seed=0, lengths=(7, 4, 2)):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocab, size=(batch, seq_len)).astype(np.int32)
+    mask = (np.arange(seq_len)[None] < np.array(lengths)[:, None]).astype(np.int32)
+    segments = (np.arange(seq_len)[None] >= np.array(lengths)[:, None] // 2).astype(np.int32)
+    return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments * mask}
+
+
+def numpy_weights(variable_map):
+    return {name: v.numpy().astype(np.float64) for name, v in variable_map.items()}
+
+
+def layer_names(prefix, hidden, ffn):
+    shapes = {}
+    for part in ("query", "key", "value"):
+        shapes[f"{prefix}/attention/self/{part}/kernel"] = [hidden, hidden]
+        shapes[f"{prefix}/attention/self/{part}/bias"] = [hidden]
+    shapes[f"{prefix}/attention/output/dense/kernel"] = [hidden, hidden]
+    shapes[f"{prefix}/attention/output/dense/bias"] = [hidden]
+    for norm in ("attention/output/LayerNorm", "output/LayerNorm"):
+        shapes[f"{prefix}/{norm}/gamma"] = [hidden]
+        shapes[f"{prefix}/{norm}/beta"] = [hidden]
+    shapes[f"{prefix}/intermediate/dense/kernel"] = [hidden, ffn]
+    shapes[f"{prefix}/intermediate/dense/bias"] = [ffn]
+    shapes[f"{prefix}/output/dense/kernel"] = [ffn, hidden]
+    shapes[f"{prefix}/output/dense/bias"] = [hidden]
+    return shapes
+
+
+def test_variable_map_has_the_original_names_and_shapes():
+    encoder = TransformerEncoder(TINY)
+    expected = {
+        "electra/embeddings/word_embeddings": [40, 8],
+        "electra/embeddings/position_embeddings": [12, 8],
+        "electra/embeddings/token_type_embeddings": [2, 8],
+        "electra/embeddings/LayerNorm/gamma": [8],
+        "electra/embeddings/LayerNorm/beta": [8],
+        "electra/embeddings_project/kernel": [8, 16],
+        "electra/embeddings_project/bias": [16],
+    }
+    for i in range(2):
+        expected.update(layer_names(f"electra/encoder/layer_{i}", 16, 24))
+    names = encoder.variable_map()
+    assert {k: v.shape.as_list() for k, v in names.items()} == expected
+    # Every trainable variable exactly once.
+    assert len({id(v) for v in names.values()}) == len(names)
+    assert {id(v) for v in encoder.trainable_variables} == {id(v) for v in names.values()}
+
+
+def test_no_projection_when_embedding_width_equals_hidden():
+    encoder = TransformerEncoder(dataclasses.replace(TINY, embedding_size=None))
+    assert encoder.embeddings_project is None
+    assert not any("embeddings_project" in name for name in encoder.variable_map())
+
+
+def test_initializers_match_the_original():
+    encoder = TransformerEncoder(dataclasses.replace(TINY, hidden_size=64, intermediate_size=64))
+    names = encoder.variable_map()
+    for name, var in names.items():
+        values = var.numpy()
+        if name.endswith("/bias") or name.endswith("/beta"):
+            np.testing.assert_array_equal(values, 0.0, err_msg=name)
+        elif name.endswith("/gamma"):
+            np.testing.assert_array_equal(values, 1.0, err_msg=name)
+        elif "embeddings_project" in name:
+            # Glorot uniform: limit sqrt(6 / (fan_in + fan_out)).
+            limit = np.sqrt(6.0 / sum(values.shape))
+            assert np.abs(values).max() <= limit and values.std() > limit / 3, name
+        else:
+            # Truncated normal(0.02) is cut at 2 standard deviations.
+            assert np.abs(values).max() <= 0.04 + 1e-7, name
+            assert 0.012 < values.std() < 0.02, name
+    query0 = names["electra/encoder/layer_0/attention/self/query/kernel"].numpy()
+    key0 = names["electra/encoder/layer_0/attention/self/key/kernel"].numpy()
+    assert not np.allclose(query0, key0), "each kernel must get its own random draw"
+
+
+def test_forward_matches_numpy_reference():
+    encoder = TransformerEncoder(TINY)
+    inputs = random_inputs()
+    out = encoder(inputs, training=False)
+    weights = numpy_weights(encoder.variable_map())
+    expected = ref.encoder(
+        weights, inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"], num_heads=2
+    )
+    assert out["sequence_output"].shape == (3, 7, 16)
+    np.testing.assert_allclose(out["sequence_output"].numpy(), expected, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(out["cls_output"].numpy(), expected[:, 0], atol=1e-5, rtol=1e-5)
+
+
+def test_heads_match_numpy_reference():
+    encoder = TransformerEncoder(TINY)
+    generator_head = GeneratorHead(TINY, encoder.embeddings)
+    discriminator_head = DiscriminatorHead(TINY)
+    # Non-zero biases so that the reference checks they are added.
+    for var in generator_head.trainable_variables + discriminator_head.trainable_variables:
+        var.assign(tf.random.normal(var.shape, stddev=0.1))
+    inputs = random_inputs()
+    sequence = encoder(inputs)["sequence_output"]
+    positions = np.array([[1, 3], [2, 2], [1, 0]], np.int32)
+    weights = numpy_weights(
+        {
+            **encoder.variable_map(),
+            **generator_head.variable_map(),
+            **discriminator_head.variable_map(),
+        }
+    )
+    seq = sequence.numpy().astype(np.float64)
+    np.testing.assert_allclose(
+        generator_head(sequence, positions).numpy(),
+        ref.generator_logits(weights, seq, positions),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    np.testing.assert_allclose(
+        discriminator_head(sequence).numpy(),
+        ref.discriminator_logits(weights, seq),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    assert set(generator_head.variable_map()) == {
+        "generator_predictions/dense/kernel",
+        "generator_predictions/dense/bias",
+        "generator_predictions/LayerNorm/gamma",
+        "generator_predictions/LayerNorm/beta",
+        "generator_predictions/output_bias",
+    }
+    assert generator_head.variable_map()["generator_predictions/dense/kernel"].shape == (16, 8)
+    assert discriminator_head.variable_map()["discriminator_predictions/dense_1/kernel"].shape == (
+        16,
+        1,
+    )
+
+
+def test_padding_invariance():
+    encoder = TransformerEncoder(TINY)
+    inputs = random_inputs()
+    changed = {k: v.copy() for k, v in inputs.items()}
+    pad = inputs["input_mask"] == 0
+    changed["input_ids"][pad] = 39
+    changed["segment_ids"][pad] = 1
+    a = encoder(inputs)["sequence_output"].numpy()
+    b = encoder(changed)["sequence_output"].numpy()
+    np.testing.assert_allclose(a[~pad], b[~pad], atol=1e-6)
+    assert not np.allclose(a[pad], b[pad]), "padded positions themselves should change"
+
+
+def test_dropout_only_when_training():
+    encoder = TransformerEncoder(TINY)
+    inputs = random_inputs()
+    eval_a = encoder(inputs, training=False)["sequence_output"].numpy()
+    eval_b = encoder(inputs, training=False)["sequence_output"].numpy()
+    train = encoder(inputs, training=True)["sequence_output"].numpy()
+    np.testing.assert_array_equal(eval_a, eval_b)
+    assert not np.allclose(eval_a, train, atol=1e-3)
+
+
+def test_generator_shares_the_whole_embedding_block():
+    discriminator = TransformerEncoder(TINY, name="discriminator")
+    generator_config = dataclasses.replace(TINY, hidden_size=4, num_attention_heads=1)
+    generator = TransformerEncoder(
+        generator_config, embeddings=discriminator.embeddings, name="generator"
+    )
+    disc_names = discriminator.variable_map("electra")
+    gen_names = generator.variable_map("generator")
+    shared = [n for n in gen_names if "/embeddings/" in n]
+    assert len(shared) == 5 and all(n.startswith("electra/embeddings/") for n in shared)
+    for name in shared:
+        assert gen_names[name] is disc_names[name]
+    assert gen_names["generator/embeddings_project/kernel"].shape == (8, 4)
+    assert "generator/encoder/layer_1/output/LayerNorm/beta" in gen_names
+    without = generator.variable_map("generator", include_embeddings=False)
+    assert set(without) == set(gen_names) - set(shared)
+    # Untied embeddings live under the generator's own scope.
+    untied = TransformerEncoder(generator_config, name="generator")
+    assert "generator/embeddings/word_embeddings" in untied.variable_map("generator")
+    with pytest.raises(ValueError, match="wide"):
+        TransformerEncoder(
+            dataclasses.replace(TINY, embedding_size=6), embeddings=discriminator.embeddings
+        )
+
+
+def test_get_config_round_trip():
+    for layer in (
+        TransformerEncoder(TINY, name="disc"),
+        TransformerLayer(TINY, name="layer_0"),
+        Embeddings(TINY),
+        DiscriminatorHead(TINY),
+    ):
+        config = layer.get_config()
+        clone = type(layer).from_config(config)
+        assert clone.get_config() == config
+        assert clone.config == TINY and clone.name == layer.name
+    encoder = TransformerEncoder(TINY)
+    clone = TransformerEncoder.from_config(encoder.get_config())
+    for name, var in clone.variable_map().items():
+        var.assign(encoder.variable_map()[name])
+    inputs = random_inputs()
+    np.testing.assert_array_equal(
+        encoder(inputs)["sequence_output"].numpy(), clone(inputs)["sequence_output"].numpy()
+    )
+
+
+def test_checkpoint_round_trip(tmp_path):
+    encoder = TransformerEncoder(TINY)
+    inputs = random_inputs()
+    expected = encoder(inputs)["sequence_output"].numpy()
+    path = tf.train.Checkpoint(encoder=encoder).write(str(tmp_path / "ckpt"))
+    restored = TransformerEncoder(TINY)
+    assert not np.allclose(restored(inputs)["sequence_output"].numpy(), expected)
+    tf.train.Checkpoint(encoder=restored).read(path).assert_consumed()
+    np.testing.assert_array_equal(restored(inputs)["sequence_output"].numpy(), expected)
+
+
+def test_variable_map_before_build_is_a_clear_error():
+    with pytest.raises(ValueError, match="build"):
+        Embeddings(TINY).variable_map()
+
+
+def _count(variable_map):
+    return sum(v.shape.num_elements() for v in variable_map.values())
+
+
+@pytest.mark.parametrize(
+    "preset,generator_fraction,body,head,generator_only",
+    [
+        ("small", 0.25, 13_483_008, 66_049, 647_162),
+        ("small", 1.0, 13_483_008, 66_049, 9_573_818),
+        ("base", 1.0 / 3.0, 108_891_648, 591_361, 9_903_418),
+        ("large", 0.25, 334_092_288, 1_050_625, 19_512_378),
+    ],
+)
+def test_parameter_counts_equal_the_released_checkpoints(
+    preset, generator_fraction, body, head, generator_only
+):
+    config = pretraining_config(
+        preset=preset, hparams={"generator_hidden_size": generator_fraction}
+    )
+    # Built in a throwaway graph: the variables exist with their shapes, but no initializer
+    # runs, so even Large takes seconds and no memory.
+    with tf.Graph().as_default():
+        discriminator = TransformerEncoder(config.discriminator_config())
+        generator = TransformerEncoder(
+            config.generator_config(), embeddings=discriminator.embeddings
+        )
+        generator_head = GeneratorHead(config.generator_config(), discriminator.embeddings)
+        assert _count(discriminator.variable_map()) == body
+        assert _count(DiscriminatorHead(config.discriminator_config()).variable_map()) == head
+        generator_params = _count(generator.variable_map("generator", include_embeddings=False))
+        assert generator_params + _count(generator_head.variable_map()) == generator_only
