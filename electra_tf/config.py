@@ -121,8 +121,10 @@ class PretrainingConfig:
     # token id, original issue #41). False draws them without replacement (the suggested fix).
     mask_positions_with_replacement: bool = True
     seed: int = 0
-    precision: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16
-    jit_compile: bool = False
+    # "auto" is resolved by resolve() for the machine (electra_tf/device_defaults.py): on CPU,
+    # mixed_bfloat16 where it has native bf16 (AVX512_BF16/AMX) else float32, and no XLA.
+    precision: str = "float32"  # auto | float32 | mixed_bfloat16 | mixed_float16
+    jit_compile: bool | str = "auto"  # auto | true | false
     gradient_accumulation_steps: int = 1
     init_checkpoint: str | None = None  # continue pre-training from these weights
     init_checkpoint_format: str = "auto"  # auto | native | original | hf
@@ -147,10 +149,12 @@ class PretrainingConfig:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
             )
-        if self.precision not in ("float32", "mixed_bfloat16", "mixed_float16"):
+        if self.precision not in ("auto", "float32", "mixed_bfloat16", "mixed_float16"):
             raise ConfigError(
-                f"precision: {self.precision!r} is not float32/mixed_bfloat16/mixed_float16"
+                f"precision: {self.precision!r} is not auto/float32/mixed_bfloat16/mixed_float16"
             )
+        if not isinstance(self.jit_compile, bool) and self.jit_compile != "auto":
+            raise ConfigError(f'jit_compile: {self.jit_compile!r} is not true, false or "auto"')
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
         if self.do_train == self.do_eval:
@@ -160,6 +164,13 @@ class PretrainingConfig:
         changes: dict[str, Any] = {
             "max_predictions_per_seq": int((self.mask_prob + 0.005) * self.max_seq_length)
         }
+        if self.precision == "auto" or self.jit_compile == "auto":
+            from electra_tf import device_defaults  # imports TensorFlow only when needed
+
+            if self.precision == "auto":
+                changes["precision"] = device_defaults.auto_precision()
+            if self.jit_compile == "auto":
+                changes["jit_compile"] = device_defaults.auto_jit_compile()
         return dataclasses.replace(self, **changes)
 
     def discriminator_config(self) -> ModelConfig:
