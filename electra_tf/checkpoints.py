@@ -276,8 +276,10 @@ def _native_root(prefix: str) -> tuple[str, int | None]:
             step = int(reader.get_tensor(name))
         elif head not in ("optimizer", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH", "step"):
             roots.add(head)
+    if "model" in roots:  # training checkpoints also hold the optimizer and data iterator
+        return "model", step
     if len(roots) != 1:
-        raise CheckpointError(f"{prefix}: expected one model object in the checkpoint, got {roots}")
+        raise CheckpointError(f"{prefix}: no `model` object in the checkpoint (found {roots})")
     return roots.pop(), step
 
 
@@ -509,7 +511,7 @@ def export(
     model,
     path: str,
     fmt: str,
-    config: PretrainingConfig | None = None,
+    config: PretrainingConfig | ModelConfig | None = None,
     global_step: int | None = None,
     overwrite: bool = False,
 ) -> None:
@@ -519,6 +521,8 @@ def export(
     the checkpoint. `global_step` goes into the original/native checkpoint.
     """
     config = config or getattr(model, "config", None)
+    if isinstance(config, ModelConfig):  # a bare encoder or a fine-tuning model's encoder
+        config = config_from_models(config, None, where=type(model).__name__)
     if fmt not in FORMATS:
         raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "hf" and not isinstance(config, PretrainingConfig):

@@ -314,3 +314,87 @@ def test_existing_output_needs_overwrite_and_foreign_files_are_kept(tmp_path):
     with pytest.raises(CheckpointError, match="notes.txt"):
         checkpoints.write_weights(source, str(out), "hf", overwrite=True)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------ into models
+def _encoder(config):
+    from electra_tf.modeling.encoder import TransformerEncoder
+
+    return TransformerEncoder(config, name="electra")
+
+
+def _batch(vocab, batch=2, length=12, seed=1):
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, length), np.int32)
+    mask[-1, length // 2 :] = 0
+    return {
+        "input_ids": rng.integers(1, vocab, (batch, length)).astype(np.int32) * mask,
+        "input_mask": mask,
+        "segment_ids": (np.arange(length) >= length // 3).astype(np.int32)[None].repeat(batch, 0),
+    }
+
+
+def test_load_discriminator_only_checkpoint_into_encoder(tmp_path):
+    shapes = original_shapes(layers=2, generator=False, disc_head=False)
+    values = write_tf1_checkpoint(str(tmp_path), shapes, step=9)
+    config = checkpoints.read_weights(str(tmp_path)).config
+    encoder = _encoder(config.discriminator_config())
+    result = checkpoints.load_into(encoder, str(tmp_path))
+    assert result.fmt == "original" and result.global_step == 9
+    assert result.unused == [] and result.fresh == []
+    assert sorted(result.loaded) == sorted(shapes)
+    for name, var in encoder.variable_map().items():
+        np.testing.assert_array_equal(var.numpy(), values[name])
+
+
+def test_pretraining_checkpoint_into_encoder_reports_what_is_left(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1)
+    write_tf1_checkpoint(str(tmp_path), shapes)
+    config = checkpoints.read_weights(str(tmp_path)).config
+    result = checkpoints.load_into(_encoder(config.discriminator_config()), str(tmp_path))
+    expected_unused = [n for n in shapes if not n.startswith("electra/")]
+    assert sorted(result.unused) == sorted(expected_unused)
+    assert checkpoints.summarize(result.unused) == (
+        "discriminator_predictions/* (4), generator/* (18), generator_predictions/* (5)"
+    )
+
+
+def test_missing_and_misshaped_variables_are_all_listed(tmp_path):
+    shapes = original_shapes(layers=2, generator=False, disc_head=False)
+    del shapes["electra/encoder/layer_1/output/dense/bias"]
+    del shapes["electra/embeddings/LayerNorm/beta"]
+    shapes["electra/encoder/layer_0/attention/self/key/kernel"] = [256, 128]
+    write_tf1_checkpoint(str(tmp_path), shapes)
+    config = checkpoints.infer_config(original_shapes(layers=2, generator=False))
+    encoder = _encoder(config.discriminator_config())
+    before = {n: v.numpy() for n, v in encoder.variable_map().items()}
+    with pytest.raises(CheckpointError) as info:
+        checkpoints.load_into(encoder, str(tmp_path), fmt="original", config=config)
+    message = str(info.value)
+    assert "2 missing" in message and "1 with the wrong shape" in message
+    assert "electra/encoder/layer_1/output/dense/bias [256]" in message
+    assert "electra/embeddings/LayerNorm/beta [128]" in message
+    assert (
+        "electra/encoder/layer_0/attention/self/key/kernel: expected [256, 256], found [256, 128]"
+        in message
+    )
+    for name, var in encoder.variable_map().items():  # nothing half-loaded
+        np.testing.assert_array_equal(var.numpy(), before[name])
+
+
+def test_encoder_hf_round_trip_is_bit_identical(tmp_path):
+    config = checkpoints.infer_config(original_shapes(layers=2, generator=False, vocab=60))
+    source = _encoder(config.discriminator_config())
+    checkpoints.export(source, str(tmp_path / "hf"), "hf")
+    saved = json.loads((tmp_path / "hf/discriminator/config.json").read_text())
+    assert saved["architectures"] == ["ElectraModel"]  # no discriminator head to export
+    assert not (tmp_path / "hf/generator").exists()
+    target = _encoder(config.discriminator_config())
+    result = checkpoints.load_into(target, str(tmp_path / "hf"))
+    assert result.fmt == "hf" and result.unused == []
+    for name, var in target.variable_map().items():
+        np.testing.assert_array_equal(var.numpy(), source.variable_map()[name].numpy())
+    batch = _batch(60)
+    np.testing.assert_array_equal(
+        target(batch)["sequence_output"].numpy(), source(batch)["sequence_output"].numpy()
+    )
