@@ -1,0 +1,12 @@
+"""The ELECTRA pre-training objective: in-graph masking, sampling and the pretrainer Model."""
+
+from electra_tf.pretraining.masking import candidates_mask, mask_inputs
+from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
+
+__all__ = [
+    "candidates_mask",
+    "gather_positions",
+    "gumbel_sample",
+    "mask_inputs",
+    "scatter_update",
+]

@@ -1,0 +1,101 @@
+"""Pure tf helpers of the ELECTRA objective: gather/scatter at masked positions, Gumbel-max
+sampling. Stateless (explicit seeds) and XLA-compilable."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# The original's `sample_from_softmax` pushes a disallowed token's logit down by this much.
+DISALLOW_PENALTY = 1000.0
+
+
+def gather_positions(sequence: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """Rows of `sequence` at `positions`, per batch element.
+
+    Args:
+        sequence: [batch, seq_len] or [batch, seq_len, depth].
+        positions: int [batch, num_positions].
+
+    Returns:
+        [batch, num_positions] or [batch, num_positions, depth].
+    """
+    return tf.gather(sequence, positions, batch_dims=1)
+
+
+def scatter_update(
+    sequence: tf.Tensor, updates: tf.Tensor, positions: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The original's `scatter_update`: writes `updates` into `sequence` at `positions`.
+
+    Kept bit-for-bit in behaviour, quirks included (original issue #41): updates aimed at the
+    same position are summed and then divided by their count (floor division for integer
+    sequences, so two different token ids become their floor-average), and updates aimed at
+    position 0 are ignored, which is how inactive mask slots (position 0) are dropped.
+
+    Args:
+        sequence: [batch, seq_len] or [batch, seq_len, depth], int32 or float.
+        updates: [batch, num_positions] (or [..., depth]) of the same dtype.
+        positions: int [batch, num_positions].
+
+    Returns:
+        (updated_sequence like `sequence`, updated_mask int32 [batch, seq_len] in {0, 1}).
+    """
+    positions = tf.cast(positions, tf.int32)
+    shape = tf.shape(sequence)
+    batch_index = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], tf.shape(positions))
+    indices = tf.stack([batch_index, positions], axis=-1)  # [batch, num_positions, 2]
+    sums = tf.scatter_nd(indices, updates, shape)  # like sequence
+    counts = tf.scatter_nd(indices, tf.ones_like(positions), shape[:2])  # [batch, seq_len]
+    not_first = tf.concat(
+        [tf.zeros_like(counts[:, :1]), tf.ones_like(counts[:, 1:])], axis=1
+    )  # [batch, seq_len]
+    counts *= not_first
+    divisor = tf.maximum(counts, 1)
+    if sequence.shape.rank == 3:
+        divisor = divisor[:, :, tf.newaxis]  # [batch, seq_len, 1]
+    if sequence.dtype.is_integer:
+        averaged = tf.math.floordiv(sums, tf.cast(divisor, sequence.dtype))
+    else:
+        averaged = sums / tf.cast(divisor, sequence.dtype)
+    updated_mask = tf.minimum(counts, 1)
+    select = updated_mask > 0
+    if sequence.shape.rank == 3:
+        select = select[:, :, tf.newaxis]  # [batch, seq_len, 1]
+    return tf.where(select, averaged, sequence), updated_mask
+
+
+def gumbel_sample(
+    logits: tf.Tensor,
+    seed: tf.Tensor,
+    temperature: float = 1.0,
+    disallow_ids: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """Samples token ids from softmax(logits / temperature) with the Gumbel-max trick.
+
+    As the original's `sample_from_softmax`: noise = -log(-log(u + 1e-9) + 1e-9) and the
+    argmax of logits + noise, with `disallow_ids` (the original tokens, for
+    `disallow_correct`) pushed down by 1000. Only ids come back: the [B, N, V] one-hot of the
+    original is never built. Sampling sits outside the gradient path (the generator learns
+    by MLM only), and runs in float32 whatever the model's precision.
+
+    Args:
+        logits: float [batch, num_masked, vocab].
+        seed: int [2] seed for the stateless noise.
+        temperature: softmax temperature.
+        disallow_ids: optional int [batch, num_masked] ids that must not be sampled.
+
+    Returns:
+        int32 [batch, num_masked].
+    """
+    logits = tf.stop_gradient(tf.cast(logits, tf.float32)) / temperature
+    if disallow_ids is not None:
+        shape = tf.shape(disallow_ids)
+        batch_index = tf.broadcast_to(tf.range(shape[0])[:, tf.newaxis], shape)
+        slot_index = tf.broadcast_to(tf.range(shape[1])[tf.newaxis, :], shape)
+        # [batch, num_masked, 3]: (batch, slot, token) coordinates of the disallowed logits.
+        indices = tf.stack([batch_index, slot_index, tf.cast(disallow_ids, tf.int32)], axis=-1)
+        penalty = tf.fill(shape, tf.constant(DISALLOW_PENALTY, tf.float32))
+        logits = tf.tensor_scatter_nd_sub(logits, indices, penalty)
+    uniform = tf.random.stateless_uniform(tf.shape(logits), seed, dtype=tf.float32)
+    gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
+    return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)  # [batch, num_masked]
