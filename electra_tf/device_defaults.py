@@ -39,15 +39,17 @@ def cpu_has_native_bf16() -> bool:
 def accelerator() -> tuple[str, tuple[int, int] | None]:
     """("tpu" | "gpu" | "cpu", GPU compute capability or None) for the process's devices.
 
-    TPUs are only seen once a TPU system is initialised; `ELECTRA_ACCELERATOR=tpu` says so
-    before that (the TPU path is not tested here).
+    A remote Cloud TPU has no local device: `ELECTRA_ACCELERATOR=tpu` says so (the TPU path is
+    not tested here).
     """
     forced = os.environ.get("ELECTRA_ACCELERATOR", "").lower()
     if forced in ("tpu", "cpu"):
         return forced, None
     import tensorflow as tf  # only here: config.py stays importable without TensorFlow
 
-    if tf.config.list_logical_devices("TPU"):
+    # Physical devices only: listing logical ones would initialise the runtime, after which
+    # logical-device splits and MultiWorkerMirroredStrategy can no longer be set up.
+    if tf.config.list_physical_devices("TPU"):
         return "tpu", None
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
