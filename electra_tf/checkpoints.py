@@ -208,7 +208,15 @@ def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> Pret
         raise CheckpointError(f"{where}: no electra/encoder/layer_* variables; not ELECTRA?")
     gen = _encoder_config(shapes, "generator", where)
     untied = "generator/embeddings/word_embeddings" in shapes
-    return config_from_models(disc, gen, untied, where)
+    config = config_from_models(disc, gen, untied, where)
+    if gen is None and "generator_predictions/output_bias" in shapes:
+        # A masked-LM head without a generator encoder reads the `electra` encoder: either the
+        # generator shares all weights, or there is no discriminator (the BERT baseline).
+        if "discriminator_predictions/dense/kernel" in shapes:
+            config = dataclasses.replace(config, untied_generator=False)
+        else:
+            config = dataclasses.replace(config, electra_objective=False)
+    return config.resolve()
 
 
 def read_config_file(path: str) -> PretrainingConfig:

@@ -215,6 +215,25 @@ def test_inference_refuses_a_generator_the_config_cannot_express(tmp_path):
         checkpoints.infer_config(shapes, where="test")
 
 
+@pytest.mark.parametrize("disc_head", [True, False])
+def test_inference_of_a_generator_without_its_own_encoder(disc_head):
+    shapes = original_shapes(layers=1, generator=False, disc_head=disc_head)
+    shapes.update(
+        {
+            "generator_predictions/dense/kernel": [256, 128],
+            "generator_predictions/dense/bias": [128],
+            "generator_predictions/LayerNorm/gamma": [128],
+            "generator_predictions/LayerNorm/beta": [128],
+            "generator_predictions/output_bias": [50],
+        }
+    )
+    config = checkpoints.infer_config(shapes)
+    # With a discriminator head the MLM head shares the discriminator's encoder (the original's
+    # untied_generator=False); without one it is the BERT masked-LM baseline.
+    assert config.untied_generator is not disc_head
+    assert config.electra_objective is disc_head
+
+
 # ------------------------------------------------------------------------------ HF layout
 def test_hf_names_follow_transformers():
     expected = {
