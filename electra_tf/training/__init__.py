@@ -1,0 +1,1 @@
+"""The pre-training loop: checkpoints that resume exactly, progress reporting, the run itself."""

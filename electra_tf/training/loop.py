@@ -1,0 +1,369 @@
+"""The pre-training run: build under a distribution strategy, train with resumable checkpoints.
+
+`train(config)` is the original's `run_pretraining.py` with `do_train`; `evaluate(config)` is
+`do_eval`. One code path from a 20-step debug run to a 1M-step run:
+
+- The model's own `train_step` runs `iterations_per_loop` times inside ONE `tf.function` call
+  (the original's TPU `iterations_per_loop`), so Python runs once per loop, not once per step.
+- The step counter is the optimizer's `iterations` (the original's `global_step`); the LR
+  schedule reads it, checkpoints are numbered by it and training stops when it reaches
+  `num_train_steps`. A restart restores it with everything else and carries on.
+- SIGINT / SIGTERM finish the current loop, save a checkpoint at the step reached, and return
+  the signal number (the CLI exits with 128 + signal, i.e. 130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.optimization import create_optimizer
+from electra_tf.training.checkpointing import (
+    CONFIG_FILE,
+    TrainingCheckpoints,
+    check_resumable,
+    restore_weights,
+    write_run_config,
+)
+from electra_tf.training.progress import ProgressReporter
+
+TENSORBOARD_DIR = "tensorboard"
+RESULTS_DIR = "results"
+
+
+@dataclass
+class TrainResult:
+    """What a training run ended with."""
+
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+    interrupted_by: int | None = None  # signal number when stopped by SIGINT / SIGTERM
+
+
+# ---------------------------------------------------------------------- distribution
+def build_strategy(config: PretrainingConfig) -> tf.distribute.Strategy:
+    """The strategy named by `config.distribution_strategy` (multi-worker reads TF_CONFIG)."""
+    name = config.distribution_strategy
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ConfigError(
+        f"distribution_strategy: {name!r} is not default/mirrored/multi_worker_mirrored/tpu"
+    )
+
+
+def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
+    """(is_chief, task id): only the chief writes checkpoints, logs and TensorBoard."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return True, 0
+    task_type, task_id = resolver.task_type, resolver.task_id or 0
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    is_chief = task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+    return is_chief, task_id
+
+
+# ---------------------------------------------------------------------- building blocks
+def make_dataset(
+    config: PretrainingConfig,
+    strategy: tf.distribute.Strategy,
+    file_pattern: str,
+    global_batch_size: int,
+    is_training: bool,
+) -> Any:
+    """The pre-training input, batched per replica when distributed."""
+    from electra_tf.data.pretraining_input import pretraining_dataset
+
+    def dataset_fn(context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+        batch = global_batch_size
+        if context is not None:
+            batch = context.get_per_replica_batch_size(global_batch_size)
+        return pretraining_dataset(
+            file_pattern,
+            batch,
+            config.max_seq_length,
+            is_training=is_training,
+            seed=config.seed,
+            input_context=context,
+        )
+
+    if strategy.num_replicas_in_sync == 1 and not isinstance(
+        strategy, tf.distribute.TPUStrategy | tf.distribute.MultiWorkerMirroredStrategy
+    ):
+        return dataset_fn()
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def build_model(config: PretrainingConfig) -> keras.Model:
+    """The pretrainer with every variable created (call under the strategy's scope)."""
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+    model = ElectraPretrainer(config)
+    if hasattr(model, "build_variables"):
+        model.build_variables()
+    return model
+
+
+def build_optimizer(config: PretrainingConfig, model: keras.Model) -> keras.optimizers.Optimizer:
+    """AdamWeightDecay on the original's schedule; wrapped for loss scaling under float16."""
+    optimizer = create_optimizer(
+        model.variable_map(),
+        learning_rate=config.learning_rate,
+        num_train_steps=config.num_train_steps,
+        weight_decay_rate=config.weight_decay_rate,
+        warmup_steps=config.num_warmup_steps,
+        lr_decay_power=config.lr_decay_power,
+    )
+    if config.precision == "mixed_float16":
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    # Slots exist before any restore, so a checkpoint fills them instead of deferring.
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    inner.build(model.trainable_variables)
+    return optimizer
+
+
+def load_init_checkpoint(model: keras.Model, config: PretrainingConfig) -> str:
+    """Continued pre-training: the weights of `init_checkpoint`, no optimizer state."""
+    path, fmt = config.init_checkpoint, config.init_checkpoint_format
+    assert path is not None
+    if fmt == "auto":
+        from electra_tf.checkpoints import detect_format
+
+        fmt = detect_format(path)
+    if fmt == "native":
+        restore_weights(model, path)
+    else:
+        # Original TF1 and Hugging Face weights go through the checkpoint converter's loader.
+        from electra_tf.checkpoints import load_into
+
+        load_into(model, path, fmt)
+    return fmt
+
+
+def _metric_values(model: keras.Model) -> dict[str, float]:
+    return {m.name: float(m.result()) for m in model.metrics}
+
+
+def _reset_metrics(model: keras.Model) -> None:
+    for metric in model.metrics:
+        metric.reset_state()
+
+
+def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, jit: bool) -> Any:
+    """`fn(iterator, num_steps) -> real tokens seen`: many train steps per Python call."""
+    step_fn = tf.function(model.train_step, jit_compile=True) if jit else model.train_step
+
+    def replica_step(batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        step_fn(batch)
+        return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int64))
+
+    @tf.function
+    def train_steps(iterator: Any, num_steps: tf.Tensor) -> tf.Tensor:
+        tokens = tf.constant(0, tf.int64)
+        for _ in tf.range(num_steps):
+            per_replica = strategy.run(replica_step, args=(next(iterator),))
+            tokens += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return tokens
+
+    return train_steps
+
+
+class _StopRequest:
+    """Turns the first SIGINT/SIGTERM into a request to save and stop; a second one aborts."""
+
+    def __init__(self, stream: TextIO):
+        self.signum: int | None = None
+        self.stream = stream
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequest:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        print(
+            f"\n{signal.Signals(signum).name} received: saving a checkpoint after the current "
+            "loop, then stopping (send it again to abort without saving).",
+            file=self.stream,
+            flush=True,
+        )
+        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+
+
+# ---------------------------------------------------------------------- training
+def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResult:
+    """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir."""
+    stream = stream or sys.stdout
+    model_dir = config.resolved_model_dir()
+    os.makedirs(model_dir, exist_ok=True)
+    keras.mixed_precision.set_global_policy(config.precision)
+    tf.random.set_seed(config.seed)
+    strategy = build_strategy(config)
+    is_chief, worker_id = worker_role(strategy)
+
+    resuming = tf.train.latest_checkpoint(model_dir) is not None
+    saved_config = os.path.join(model_dir, CONFIG_FILE)
+    if resuming and os.path.exists(saved_config):
+        check_resumable(saved_config, config)
+    if is_chief:
+        write_run_config(config, model_dir)
+
+    with strategy.scope():
+        model = build_model(config)
+        optimizer = build_optimizer(config, model)
+        model.compile(optimizer=optimizer)
+    dataset = make_dataset(
+        config, strategy, config.resolved_pretrain_tfrecords(), config.train_batch_size, True
+    )
+    iterator = iter(dataset)
+    checkpoints = TrainingCheckpoints(
+        model_dir,
+        config.keep_checkpoint_max,
+        is_chief=is_chief,
+        worker_id=worker_id,
+        model=model,
+        optimizer=optimizer,
+        step=optimizer.iterations,
+        data=iterator,
+    )
+    restored = checkpoints.restore_latest()
+    if restored:
+        print(f"Resuming from {restored} (step {int(optimizer.iterations)})", file=stream)
+    elif config.init_checkpoint:
+        fmt = load_init_checkpoint(model, config)
+        optimizer.iterations.assign(config.init_step or 0)
+        print(
+            f"Continuing pre-training from {config.init_checkpoint} ({fmt} weights, fresh "
+            f"optimizer) at step {int(optimizer.iterations)}",
+            file=stream,
+        )
+
+    step = int(optimizer.iterations)
+    total = config.num_train_steps
+    if step >= total:
+        print(f"{model_dir} is already trained to step {step} >= {total}", file=stream)
+        return TrainResult(step, {}, restored)
+    log_every = config.log_every_steps or config.iterations_per_loop
+    train_steps = make_train_function(model, strategy, config.jit_compile)
+    reporter = ProgressReporter(
+        total,
+        step,
+        os.path.join(model_dir, TENSORBOARD_DIR, "train") if is_chief else None,
+        stream if is_chief else io.StringIO(),  # other workers stay quiet
+    )
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    result = TrainResult(step)
+    tokens = 0
+    with _StopRequest(stream) as stop:
+        while step < total and stop.signum is None:
+            boundaries = [
+                step + config.iterations_per_loop,
+                (step // log_every + 1) * log_every,
+                (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps,
+                total,
+            ]
+            try:
+                tokens += int(train_steps(iterator, tf.constant(min(boundaries) - step)))
+            except tf.errors.OutOfRangeError as e:
+                raise RuntimeError(
+                    f"{config.resolved_pretrain_tfrecords()}: the training data ran out"
+                ) from e
+            step = int(optimizer.iterations)
+            stopping = step >= total or stop.signum is not None
+            if step % log_every == 0 or stopping:
+                lr = float(inner.learning_rate)
+                result.metrics = reporter.report(step, _metric_values(model), tokens, lr)
+                _reset_metrics(model)
+                tokens = 0
+            if step % config.save_checkpoints_steps == 0 or stopping:
+                result.checkpoint = checkpoints.save(step)
+    reporter.close()
+    result.step = step
+    result.interrupted_by = stop.signum
+    if stop.signum is not None:
+        print(
+            f"Stopped at step {step}; saved {result.checkpoint}. Run the same command again "
+            "to resume.",
+            file=stream,
+            flush=True,
+        )
+    return result
+
+
+# ---------------------------------------------------------------------- evaluation
+def evaluate(
+    config: PretrainingConfig, checkpoint: str | None = None, stream: TextIO | None = None
+) -> dict[str, float]:
+    """`num_eval_steps` batches of `eval_tfrecords` (default: the training files) through the
+    model's `test_step`; prints the metrics and writes `<model_dir>/results/eval_step<N>.json`."""
+    stream = stream or sys.stdout
+    model_dir = config.resolved_model_dir()
+    keras.mixed_precision.set_global_policy(config.precision)
+    tf.random.set_seed(config.seed)
+    prefix = checkpoint or tf.train.latest_checkpoint(model_dir)
+    if prefix is None:
+        raise FileNotFoundError(f"do_eval: no checkpoint in {model_dir}")
+    strategy = build_strategy(config)
+    with strategy.scope():
+        model = build_model(config)
+        model.compile()
+    status = tf.train.Checkpoint(model=model).read(prefix)
+    status.expect_partial()  # optimizer and data position are not needed to evaluate
+    status.assert_existing_objects_matched()
+    step = int(tf.train.load_checkpoint(prefix).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
+    pattern = config.eval_tfrecords or config.resolved_pretrain_tfrecords()
+    dataset = make_dataset(config, strategy, pattern, config.eval_batch_size, False)
+
+    @tf.function
+    def eval_step(batch: dict[str, tf.Tensor]) -> None:
+        strategy.run(model.test_step, args=(batch,))
+
+    _reset_metrics(model)
+    start, batches = time.monotonic(), 0
+    for batch in dataset:
+        if batches >= config.num_eval_steps:
+            break
+        eval_step(batch)
+        batches += 1
+    metrics = _metric_values(model)
+    results = {**metrics, "global_step": step, "eval_batches": batches}
+    seconds = time.monotonic() - start
+    line = " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+    print(f"eval step {step} ({batches} batches, {seconds:.1f}s): {line}", file=stream, flush=True)
+    is_chief, _ = worker_role(strategy)
+    if is_chief:
+        out = os.path.join(model_dir, RESULTS_DIR, f"eval_step{step}.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        tmp = f"{out}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({**results, "checkpoint": prefix}, f, indent=2, sort_keys=True)
+        os.replace(tmp, out)
+        reporter = ProgressReporter(0, step, os.path.join(model_dir, TENSORBOARD_DIR, "eval"))
+        reporter.write_scalars(step, metrics)
+        reporter.close()
+    return results
