@@ -1,0 +1,143 @@
+"""Tiny end-to-end fine-tuning through the CLI (random init), checkpoint init, and the
+TFRecord cache keyed on the featurization settings."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from electra_tf import finetune
+from electra_tf.finetuning.config import finetuning_config
+
+WORDS = "the a good bad movie film great awful fun boring plot is cat dog .".split()
+TINY = {
+    "model_hparam_overrides": {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "intermediate_size": 64,
+    },
+    "embedding_size": 8,
+    "vocab_size": 5 + len(WORDS),
+    "max_seq_length": 12,
+    "train_batch_size": 8,
+    "eval_batch_size": 8,
+    "learning_rate": 3e-3,
+    "num_train_epochs": 1,
+    "log_every_steps": 2,
+}
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    (tmp_path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
+    )
+    rng = np.random.default_rng(0)
+    sst = tmp_path / "finetuning_data" / "sst"
+    sst.mkdir(parents=True)
+
+    def rows(n):
+        lines = ["sentence\tlabel"]
+        for _ in range(n):
+            y = int(rng.integers(0, 2))
+            word = rng.choice(["good", "great", "fun"] if y else ["bad", "awful", "boring"])
+            lines.append(f"the {word} movie .\t{y}")
+        return "\n".join(lines) + "\n"
+
+    (sst / "train.tsv").write_text(rows(20))
+    (sst / "dev.tsv").write_text(rows(11))
+    (sst / "test.tsv").write_text("index\tsentence\n0\tthe good film\n1\tthe bad plot\n")
+    return tmp_path
+
+
+def run_cli(data_dir, hparams, tasks="sst"):
+    return finetune.main(
+        [
+            "--data-dir",
+            str(data_dir),
+            "--model-name",
+            "tiny",
+            "--tasks",
+            tasks,
+            "--hparams",
+            json.dumps(hparams),
+        ]
+    )
+
+
+def test_cli_finetunes_and_writes_results(data_dir, capsys):
+    hparams = {**TINY, "init_checkpoint": None, "write_test_outputs": True, "num_trials": 2}
+    assert run_cli(data_dir, hparams) == 0
+    out = capsys.readouterr().out
+    assert "steps/s" in out and "ETA" in out
+    model_dir = data_dir / "models" / "tiny"
+    results = json.loads((model_dir / "results" / "sst_results.json").read_text())
+    assert len(results["trials"]) == 2
+    accuracies = [t["sst"]["accuracy"] for t in results["trials"]]
+    # 11 dev examples, each scored once: accuracy is a multiple of 100/11.
+    assert all(abs(a * 11 / 100 - round(a * 11 / 100)) < 1e-6 for a in accuracies)
+    assert results["median"]["sst"]["accuracy"] == pytest.approx(float(np.median(accuracies)))
+    text = (model_dir / "results" / "sst_results.txt").read_text()
+    assert "trial 2 sst: accuracy:" in text and "median of 2 sst" in text
+    for trial in (1, 2):
+        trial_dir = model_dir / "finetuning_models" / f"sst_model_{trial}"
+        assert (trial_dir / "checkpoint").exists()
+        assert list((trial_dir / "train").glob("events.out.tfevents*"))  # TensorBoard scalars
+    submission = (model_dir / "test_predictions" / "sst_test_1.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction" and len(submission) == 3
+    assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])
+    # A second run must not silently replace the fine-tuned models.
+    assert run_cli(data_dir, hparams) == 1
+    assert "overwrite" in capsys.readouterr().err
+
+
+def test_cli_rejects_unknown_hparam(data_dir, capsys):
+    assert run_cli(data_dir, {"learning_rat": 1e-4}) == 2
+    assert "did you mean 'learning_rate'" in capsys.readouterr().err
+
+
+def test_init_from_original_checkpoint(data_dir):
+    from electra_tf.checkpoints import write_original_files
+    from electra_tf.finetuning.registry import get_tasks, make_tokenizer
+    from electra_tf.finetuning.runner import ModelRunner
+    from electra_tf.modeling import TransformerEncoder
+
+    config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
+    encoder = TransformerEncoder(config.model_config(), name="electra")
+    weights = {k: v.numpy() for k, v in encoder.variable_map("electra").items()}
+    pretrained = data_dir / "models" / "tiny"
+    pretrained.mkdir(parents=True)
+    write_original_files(weights, str(pretrained), 7)
+    tasks = get_tasks(config, make_tokenizer(config))
+    runner = ModelRunner(config, tasks, str(data_dir / "run"))
+    loaded = runner.model.variable_map()
+    for name, value in weights.items():
+        np.testing.assert_array_equal(loaded[name].numpy(), value, err_msg=name)
+    assert "task_specific/sst/dense/kernel" in loaded
+
+
+def test_tfrecord_cache_follows_max_seq_length(data_dir):
+    from electra_tf.finetuning.preprocessing import Preprocessor
+    from electra_tf.finetuning.registry import get_tasks, make_tokenizer
+
+    def records(max_seq_length):
+        config = finetuning_config(
+            "tiny", str(data_dir), {**TINY, "task_names": ["sst"], "max_seq_length": max_seq_length}
+        )
+        pre = Preprocessor(config, get_tasks(config, make_tokenizer(config)))
+        path, n = pre.serialize(pre.tasks, "dev", False)
+        return pre, path, n
+
+    pre_a, path_a, n_a = records(12)
+    mtime = os.stat(path_a).st_mtime_ns
+    pre_b, path_b, _ = records(16)
+    assert path_a != path_b  # the original reused the 12-long records here
+    assert next(iter(pre_b.dataset(path_b, False)))["input_ids"].shape == (8, 16)
+    _, path_again, _ = records(12)
+    assert path_again == path_a and os.stat(path_a).st_mtime_ns == mtime  # reused as is
+    # 11 examples padded to a multiple of the batch size with task_id == n_tasks (1).
+    assert n_a == 16
+    task_ids = np.concatenate([b["task_id"].numpy() for b in pre_a.dataset(path_a, False)])
+    assert list(task_ids) == [0] * 11 + [1] * 5
