@@ -1,0 +1,103 @@
+"""FinetuningConfig: the original's defaults and per-task / per-size rules, overrides, paths."""
+
+import pytest
+
+from electra_tf.config import ConfigError
+from electra_tf.finetuning.config import finetuning_config
+
+
+def test_defaults_equal_the_original():
+    c = finetuning_config("m", "d", {"task_names": ["mnli"]})
+    assert (c.learning_rate, c.layerwise_lr_decay, c.weight_decay_rate) == (1e-4, 0.8, 0.01)
+    assert (c.warmup_proportion, c.num_train_epochs, c.max_seq_length) == (0.1, 3.0, 128)
+    assert (c.train_batch_size, c.eval_batch_size, c.predict_batch_size) == (32, 32, 32)
+    assert c.embedding_size == 128  # model_size "small"
+    assert (c.max_query_length, c.doc_stride, c.n_best_size, c.max_answer_length) == (
+        64,
+        128,
+        20,
+        30,
+    )
+    assert (c.beam_size, c.answerable_weight, c.qa_na_threshold) == (20, 0.5, -2.75)
+    assert c.double_unordered and c.joint_prediction and c.answerable_classifier
+    assert (c.num_trials, c.fix_layerwise_top_layer) == (1, False)
+
+
+@pytest.mark.parametrize(
+    "tasks, epochs, length",
+    [
+        (["rte"], 10.0, 128),
+        (["sts"], 10.0, 128),
+        (["squad"], 2.0, 512),
+        (["newsqa"], 2.0, 512),
+        (["chunk"], 3.0, 256),
+        (["cola"], 3.0, 128),
+        (["rte", "sts"], 3.0, 128),  # rules apply to single-task runs only
+    ],
+)
+def test_per_task_rules(tasks, epochs, length):
+    c = finetuning_config("m", "d", {"task_names": tasks})
+    assert (c.num_train_epochs, c.max_seq_length) == (epochs, length)
+
+
+def test_per_size_rules_and_user_values_win():
+    large = finetuning_config("m", "d", {"model_size": "large"}, tasks="rte")
+    assert (large.learning_rate, large.layerwise_lr_decay, large.embedding_size) == (
+        5e-5,
+        0.9,
+        None,
+    )
+    assert large.model_config().hidden_size == 1024
+    c = finetuning_config(
+        "m", "d", {"model_size": "large", "learning_rate": 3e-5, "num_train_epochs": 4}, "rte"
+    )
+    assert (c.learning_rate, c.num_train_epochs) == (3e-5, 4)
+    small = finetuning_config("m", "d", {}, tasks="sst")
+    mc = small.model_config()
+    assert (mc.hidden_size, mc.embedding_width, mc.num_hidden_layers) == (256, 128, 12)
+
+
+def test_debug_mode_as_the_original():
+    c = finetuning_config("m", "d", {"debug": True, "num_train_epochs": 1}, tasks="sst")
+    assert c.resolved_init_checkpoint() is None and not c.use_tfrecords_if_existing
+    assert c.num_train_epochs == 1  # explicit values beat the debug settings
+    mc = c.model_config()
+    assert (mc.hidden_size, mc.num_hidden_layers, mc.num_attention_heads) == (144, 3, 4)
+
+
+def test_tasks_hparams_and_errors():
+    c = finetuning_config("m", "d", '{"task_names": ["rte", "mrpc"]}')
+    assert c.task_names == ("rte", "mrpc") and c.tasks_str == "rte,mrpc"
+    assert finetuning_config("m", "d", None, tasks="rte,mrpc").task_names == ("rte", "mrpc")
+    with pytest.raises(ConfigError, match="did you mean 'layerwise_lr_decay'"):
+        finetuning_config("m", "d", {"layerwise_lr_decy": 0.9}, tasks="rte")
+    with pytest.raises(ConfigError, match="unknown task 'wnli'"):
+        finetuning_config("m", "d", None, tasks="wnli")
+
+
+def test_paths_as_the_original(tmp_path):
+    c = finetuning_config("electra_small", str(tmp_path), None, tasks="rte,sst")
+    base = tmp_path / "models" / "electra_small"
+    assert c.raw_data_dir("rte") == str(tmp_path / "finetuning_data" / "rte")
+    assert c.resolved_init_checkpoint() == str(base)
+    assert c.model_dir(2) == str(base / "finetuning_models" / "rte,sst_model_2")
+    assert c.results_path("txt") == str(base / "results" / "rte,sst_results.txt")
+    assert c.resolved_vocab_file() == str(tmp_path / "vocab.txt")
+    (base).mkdir(parents=True)
+    (base / "vocab.txt").write_text("x")
+    assert c.resolved_vocab_file() == str(base / "vocab.txt")  # the model's own vocab first
+    assert (
+        finetuning_config("m", "d", {"init_checkpoint": None}, "rte").resolved_init_checkpoint()
+        is None
+    )
+
+
+def test_featurization_key_tracks_record_shaping_settings(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    a = finetuning_config("m", str(tmp_path), None, tasks="rte").featurization_key()
+    b = finetuning_config(
+        "m", str(tmp_path), {"max_seq_length": 64}, tasks="rte"
+    ).featurization_key()
+    assert a != b
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    assert finetuning_config("m", str(tmp_path), None, tasks="rte").featurization_key() != a
