@@ -1,0 +1,319 @@
+"""Corpus -> pre-training TFRecords, the original `build_pretraining_dataset.py` made safe and fast.
+
+Output format and packing are the original's (`pretrain_data.tfrecord-{k}-of-{n}`, three int64
+features of exactly `max_seq_length`, see example_builder.py). Differences, all on purpose:
+
+- Workers (`num_processes`, spawned, TensorFlow-free) tokenise whole input files with the fast
+  `FullTokenizer`; the parent writes examples round-robin over all shards in a fixed order (the
+  input files sorted, then shuffled by `seed`). Each file's random draws come from
+  `(seed, file name)`. So the output is byte-identical for a given seed whatever the number
+  of processes.
+- The output directory is never deleted: a non-empty one is refused unless `overwrite`, and
+  then only files this builder writes are removed. Shards are written under temporary names
+  and renamed when complete.
+- Bad input is counted and reported instead of raising (see corpus.py); a vocabulary missing
+  a special token is an error naming it (load_vocab).
+- `blanks_separate_docs` can be turned off (the original's `type=bool` flag could not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import struct
+import sys
+import tempfile
+import time
+
+from electra_tf.data.corpus import CorpusError, CorpusInput, iter_text_files, list_inputs
+from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
+from electra_tf.data.tokenization import FullTokenizer, load_vocab
+
+SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
+SUMMARY_FILE = "build_summary.json"
+_OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")
+_SPOOL_PREFIX = ".spool-"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """What `build_pretraining_tfrecords` does; flag names follow the original's CLI."""
+
+    corpus_dir: str
+    vocab_file: str
+    output_dir: str
+    max_seq_length: int = 128
+    num_processes: int = 1
+    blanks_separate_docs: bool = True  # False: each file is one document, blank lines skipped
+    do_lower_case: bool = True
+    strip_accents: bool = True
+    seed: int = 0
+    num_out_files: int = 1000
+    overwrite: bool = False
+    progress: bool = True
+
+
+@dataclasses.dataclass
+class BuildStats:
+    """Counts over the whole build (summed from workers)."""
+
+    input_files: int = 0
+    text_files: int = 0
+    skipped: list[str] = dataclasses.field(default_factory=list)  # "name: reason"
+    bytes_read: int = 0
+    replaced_chars: int = 0
+    documents: int = 0
+    lines: int = 0
+    tokens: int = 0  # WordPiece tokens of the corpus, before truncation
+    unk_tokens: int = 0
+    examples: int = 0
+    example_tokens: int = 0  # positions with input_mask 1 ([CLS]/[SEP] included)
+    padding: int = 0  # positions with input_mask 0
+    seconds: float = 0.0
+    shards: int = 0
+
+    def add(self, other: BuildStats) -> None:
+        for field in dataclasses.fields(self):
+            if field.name in ("seconds", "shards"):
+                continue
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def summary(self) -> str:
+        slots = self.example_tokens + self.padding
+        lines = [
+            f"documents {self.documents:,}, lines {self.lines:,}, tokens {self.tokens:,}",
+            f"examples {self.examples:,} in {self.shards} shards, "
+            f"padding {100.0 * self.padding / max(1, slots):.1f}%, "
+            f"[UNK] {100.0 * self.unk_tokens / max(1, self.tokens):.3f}% of tokens",
+            f"{self.text_files:,} text files from {self.input_files:,} inputs, "
+            f"{self.bytes_read / 1e6:,.1f} MB, {self.replaced_chars:,} undecodable bytes "
+            f"replaced; {self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s "
+            f"over {self.seconds:,.1f} s",
+        ]
+        if self.skipped:
+            shown = ", ".join(self.skipped[:5]) + (" ..." if len(self.skipped) > 5 else "")
+            lines.append(f"skipped {len(self.skipped)} file(s): {shown}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- worker side
+_worker: dict = {}
+
+
+def _init_worker(options: BuildOptions, spool_dir: str, progress_counter) -> None:
+    tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case, options.strip_accents)
+    _worker.update(
+        options=options,
+        spool_dir=spool_dir,
+        tokenizer=tokenizer,
+        serializer=ExampleSerializer(options.max_seq_length, max(tokenizer.vocab.values()) + 1),
+        counter=progress_counter,
+    )
+
+
+def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
+    """Tokenises and packs one input; examples go to a spool file the parent copies in order."""
+    index, item = job
+    options: BuildOptions = _worker["options"]
+    tokenizer: FullTokenizer = _worker["tokenizer"]
+    serializer: ExampleSerializer = _worker["serializer"]
+    counter = _worker["counter"]
+    vocab = tokenizer.vocab
+    unk_id = tokenizer.unk_id
+    stats = BuildStats(input_files=1)
+    spool_path = os.path.join(_worker["spool_dir"], f"{index:09d}.bin")
+    pack = struct.Struct("<I").pack
+    with open(spool_path, "wb") as spool:
+
+        def emit(example: tuple[list[int], list[int]] | None) -> None:
+            if example is None:
+                return
+            input_ids, segment_ids = example
+            record = serializer.serialize(input_ids, segment_ids)
+            spool.write(pack(len(record)))
+            spool.write(record)
+            stats.examples += 1
+            stats.example_tokens += len(input_ids)
+            stats.padding += options.max_seq_length - len(input_ids)
+
+        for text_file in iter_text_files(item):
+            if text_file.skip_reason:
+                stats.skipped.append(f"{text_file.name}: {text_file.skip_reason}")
+                continue
+            stats.text_files += 1
+            # Per-file randomness: independent of process count and of earlier files.
+            rng = random.Random(f"{options.seed}:{text_file.name}")
+            builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
+            in_document = False
+            reported = 0
+            for line in text_file.lines():
+                line = line.strip()
+                if not line:
+                    if options.blanks_separate_docs:
+                        emit(builder.flush())
+                        in_document = False
+                    continue
+                ids = tokenizer.tokenize_to_ids(line)
+                stats.lines += 1
+                stats.tokens += len(ids)
+                stats.unk_tokens += ids.count(unk_id)
+                if not in_document:
+                    stats.documents += 1
+                    in_document = True
+                emit(builder.add_line(ids))
+                if counter is not None and stats.lines % 2048 == 0:
+                    with counter.get_lock():
+                        counter.value += text_file.bytes_read - reported
+                    reported = text_file.bytes_read
+            emit(builder.flush())
+            stats.bytes_read += text_file.bytes_read
+            stats.replaced_chars += text_file.replaced_chars
+            if counter is not None:
+                with counter.get_lock():
+                    counter.value += text_file.bytes_read - reported
+    return index, stats, spool_path
+
+
+# ---------------------------------------------------------------------------- parent side
+def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuses a non-empty directory unless `overwrite`; then removes only our own files."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"output path exists and is not a directory: {output_dir}")
+    os.makedirs(output_dir, exist_ok=True)
+    entries = sorted(os.listdir(output_dir))
+    if not entries:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"output directory {output_dir} is not empty ({len(entries)} entries, e.g. "
+            f"{entries[0]!r}); pass --overwrite to replace the files this tool writes there "
+            "(pretrain_data.tfrecord-*, build_summary.json); other files are never deleted"
+        )
+    for entry in entries:
+        path = os.path.join(output_dir, entry)
+        if _OUR_FILES.match(entry) and os.path.isfile(path):
+            os.remove(path)
+        elif entry.startswith(_SPOOL_PREFIX) and os.path.isdir(path):
+            shutil.rmtree(path)  # a crashed run's scratch directory (only ever ours)
+
+
+class _Progress:
+    def __init__(self, total_files: int, total_bytes: int, enabled: bool) -> None:
+        self.total_files = total_files
+        self.total_bytes = total_bytes
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.last = 0.0
+
+    def update(self, files: int, bytes_done: int, tokens: int, final: bool = False) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (not final and now - self.last < (0.5 if self.tty else 10.0)):
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        frac = min(1.0, bytes_done / max(1, self.total_bytes))
+        bar = "#" * int(24 * frac) + "." * (24 - int(24 * frac))
+        line = (
+            f"[{bar}] files {files}/{self.total_files} "
+            f"{bytes_done / 1e6:,.1f}/{self.total_bytes / 1e6:,.1f} MB "
+            f"{tokens / elapsed:,.0f} tokens/s"
+        )
+        end = "\n" if final or not self.tty else ""
+        print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
+
+
+def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
+    """Writes `options.num_out_files` shards under `options.output_dir`; returns the counts."""
+    import tensorflow as tf  # only the parent writes TFRecords (it needs TF's CRC32C)
+
+    if options.num_processes < 1:
+        raise ValueError(f"num_processes must be >= 1, got {options.num_processes}")
+    if options.num_out_files < 1:
+        raise ValueError(f"num_out_files must be >= 1, got {options.num_out_files}")
+    load_vocab(options.vocab_file)  # fail before any work if a special token is missing
+    inputs = list_inputs(options.corpus_dir)
+    if not inputs:
+        raise CorpusError(f"no files in corpus directory {options.corpus_dir}")
+    random.Random(options.seed).shuffle(inputs)  # the original shuffled its files too
+    prepare_output_dir(options.output_dir, options.overwrite)
+
+    start = time.perf_counter()
+    stats = BuildStats()
+    n = options.num_out_files
+    final_paths = [
+        os.path.join(options.output_dir, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)
+    ]
+    spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=options.output_dir)
+    writers = [tf.io.TFRecordWriter(p + ".incomplete") for p in final_paths]
+    progress = _Progress(len(inputs), sum(i.size for i in inputs), options.progress)
+    ctx = multiprocessing.get_context("spawn")
+    counter = ctx.Value("q", 0)
+    jobs = list(enumerate(inputs))
+    pool = None
+    try:
+        if options.num_processes == 1:
+            _init_worker(options, spool_dir, counter)
+            results = map(_process_input, jobs)
+        else:
+            pool = ctx.Pool(options.num_processes, _init_worker, (options, spool_dir, counter))
+            results = pool.imap(_process_input, jobs, chunksize=1)
+        done = 0
+        while done < len(jobs):
+            try:
+                _, unit_stats, spool_path = (
+                    results.next(timeout=0.5) if pool is not None else next(results)
+                )
+            except multiprocessing.TimeoutError:
+                progress.update(done, counter.value, stats.tokens)
+                continue
+            stats.add(unit_stats)
+            _copy_spool(spool_path, writers, stats.examples - unit_stats.examples)
+            done += 1
+            progress.update(done, counter.value, stats.tokens)
+        if pool is not None:
+            pool.close()
+            pool.join()
+    finally:
+        if pool is not None:
+            pool.terminate()
+        for writer in writers:
+            writer.close()
+        shutil.rmtree(spool_dir, ignore_errors=True)
+    for path in final_paths:
+        os.replace(path + ".incomplete", path)
+    stats.seconds = time.perf_counter() - start
+    stats.shards = n
+    progress.update(len(jobs), counter.value, stats.tokens, final=True)
+    _write_summary(options, stats)
+    return stats
+
+
+def _copy_spool(spool_path: str, writers: list, first_index: int) -> None:
+    """Appends one input's examples round-robin over all shards, continuing the global count."""
+    index = first_index
+    n = len(writers)
+    with open(spool_path, "rb") as spool:
+        while header := spool.read(4):
+            (length,) = struct.unpack("<I", header)
+            writers[index % n].write(spool.read(length))
+            index += 1
+    os.remove(spool_path)
+
+
+def _write_summary(options: BuildOptions, stats: BuildStats) -> None:
+    summary = {"options": dataclasses.asdict(options), "stats": dataclasses.asdict(stats)}
+    path = os.path.join(options.output_dir, SUMMARY_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def shard_paths(output_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(output_dir, "pretrain_data.tfrecord-*-of-*")))
