@@ -82,9 +82,10 @@ def pretraining_dataset(
     dataset = dataset.interleave(
         tf.data.TFRecordDataset,
         cycle_length=cycle_length,
+        # Evaluation reads in order; training reads in parallel, and out of order (the
+        # original's `sloppy=is_training`) unless a seed asks for reproducibility.
         num_parallel_calls=cycle_length if is_training else None,
-        # The original's `sloppy=is_training`: order only matters for evaluation.
-        deterministic=not is_training or seed is not None,
+        deterministic=(seed is not None) if is_training else None,
     )
     if is_training:
         dataset = dataset.shuffle(100, seed=seed)
