@@ -113,11 +113,22 @@ def make_dataset(
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
+def special_token_ids(config: PretrainingConfig) -> dict[str, int]:
+    """[CLS], [SEP] and [MASK] ids from the run's vocabulary (not assumed from BERT's)."""
+    from electra_tf.data.tokenization import load_vocab
+
+    try:
+        vocab = load_vocab(config.resolved_vocab_file())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"vocab_file: {e}") from e
+    return {"cls_id": vocab["[CLS]"], "sep_id": vocab["[SEP]"], "mask_id": vocab["[MASK]"]}
+
+
 def build_model(config: PretrainingConfig) -> keras.Model:
     """The pretrainer with every variable created (call under the strategy's scope)."""
     from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
-    model = ElectraPretrainer(config)
+    model = ElectraPretrainer(config, **special_token_ids(config))
     if hasattr(model, "build_variables"):
         model.build_variables()
     return model
@@ -278,7 +289,7 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     )
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     result = TrainResult(step)
-    tokens = 0
+    tokens, saved_step = 0, step
     with _StopRequest(stream) as stop:
         while step < total and stop.signum is None:
             boundaries = [
@@ -301,7 +312,9 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
                 _reset_metrics(model)
                 tokens = 0
             if step % config.save_checkpoints_steps == 0 or stopping:
-                result.checkpoint = checkpoints.save(step)
+                result.checkpoint, saved_step = checkpoints.save(step), step
+        if saved_step != step:  # a signal that arrived after the last boundary check
+            result.checkpoint = checkpoints.save(step)
     reporter.close()
     result.step = step
     result.interrupted_by = stop.signum
@@ -330,8 +343,9 @@ def evaluate(
         raise FileNotFoundError(f"do_eval: no checkpoint in {model_dir}")
     strategy = build_strategy(config)
     with strategy.scope():
+        # Not compiled: compile() would attach a default optimizer that the checkpoint's
+        # `model/optimizer` entry does not match.
         model = build_model(config)
-        model.compile()
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()  # optimizer and data position are not needed to evaluate
     status.assert_existing_objects_matched()

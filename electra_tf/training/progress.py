@@ -15,8 +15,8 @@ from typing import TextIO
 
 import tensorflow as tf
 
-# Metrics shown first on the console line, in this order; any other metric follows, sorted.
-PREFERRED_ORDER = ("loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
+# Metrics on the console line, in this order (TensorBoard gets every metric).
+CONSOLE_METRICS = ("loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
 
 
 def format_duration(seconds: float) -> str:
@@ -28,10 +28,10 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def ordered_metrics(metrics: Mapping[str, float]) -> list[tuple[str, float]]:
-    first = [(k, metrics[k]) for k in PREFERRED_ORDER if k in metrics]
-    rest = sorted((k, v) for k, v in metrics.items() if k not in PREFERRED_ORDER)
-    return first + rest
+def console_metrics(metrics: Mapping[str, float]) -> list[tuple[str, float]]:
+    shown = [(k, metrics[k]) for k in CONSOLE_METRICS if k in metrics]
+    # A model without these names (another objective) still gets a useful line.
+    return shown or sorted((k, v) for k, v in metrics.items() if k != "learning_rate")
 
 
 class ProgressReporter:
@@ -75,7 +75,7 @@ class ProgressReporter:
         eta = (self.total_steps - step) * elapsed / done if done > 0 else float("inf")
         self._last_time, self._last_step = now, step
         parts = [f"step {step}/{self.total_steps}"]
-        parts += [f"{name} {value:.4f}" for name, value in ordered_metrics(metrics)]
+        parts += [f"{name} {value:.4f}" for name, value in console_metrics(metrics)]
         parts += [
             f"lr {learning_rate:.3g}",
             f"{rates['steps_per_sec']:.2f} steps/s",

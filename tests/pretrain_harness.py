@@ -1,0 +1,121 @@
+"""Shared fixtures for the pre-training CLI / resume tests: a tiny corpus and a tiny model.
+
+The TFRecords are written here with plain tf.train.Example code (the original's format), so the
+tests depend only on the reader; the model is the tiny preset shrunk to one 32-wide layer.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQ_LEN = 16
+WORDS = [f"w{i}" for i in range(59)]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]  # 64 entries
+
+# Shrinks the tiny preset: one 32-wide layer, batch 4, sequences of 16, no dropout (so that a
+# resumed run can equal an uninterrupted one bit for bit).
+TINY = {
+    "model_hparam_overrides": {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
+    "embedding_size": 16,
+    "max_seq_length": SEQ_LEN,
+    "train_batch_size": 4,
+    "eval_batch_size": 4,
+    "num_warmup_steps": 2,
+    "learning_rate": 1e-3,
+    "iterations_per_loop": 2,
+    "save_checkpoints_steps": 2,
+    "keep_checkpoint_max": 10,
+    "num_eval_steps": 3,
+    "precision": "float32",
+    "jit_compile": False,
+}
+
+
+def write_corpus(data_dir, num_records=48, seed=0):
+    """vocab.txt + pretrain_tfrecords/pretrain_data.tfrecord-{0,1} with random sentences."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(os.path.join(data_dir, "pretrain_tfrecords"), exist_ok=True)
+    with open(os.path.join(data_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(VOCAB) + "\n")
+
+    def feature(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+    for shard in range(2):
+        path = os.path.join(data_dir, "pretrain_tfrecords", f"pretrain_data.tfrecord-{shard}")
+        with tf.io.TFRecordWriter(path) as writer:
+            for _ in range(num_records // 2):
+                n = int(rng.integers(6, SEQ_LEN + 1))
+                ids = [2, *rng.integers(5, len(VOCAB), n - 2).tolist(), 3] + [0] * (SEQ_LEN - n)
+                mask = [1] * n + [0] * (SEQ_LEN - n)
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "input_ids": feature(ids),
+                            "input_mask": feature(mask),
+                            "segment_ids": feature([0] * SEQ_LEN),
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+    return data_dir
+
+
+def hparams(**overrides):
+    return json.dumps({**TINY, **overrides})
+
+
+def cli_command(data_dir, model_name, **overrides):
+    return [
+        sys.executable,
+        "-m",
+        "electra_tf.pretrain",
+        "--data-dir",
+        str(data_dir),
+        "--model-name",
+        model_name,
+        "--preset",
+        "tiny",
+        "--hparams",
+        hparams(**overrides),
+    ]
+
+
+def cli_env():
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_cli(data_dir, model_name, timeout=300, **overrides):
+    return subprocess.run(
+        cli_command(data_dir, model_name, **overrides),
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def checkpoint_values(prefix):
+    """Every numeric tensor of a checkpoint (the data iterator's state is a variant: skipped)."""
+    reader = tf.train.load_checkpoint(prefix)
+    values = {}
+    for name, dtype in reader.get_variable_to_dtype_map().items():
+        if name == "_CHECKPOINTABLE_OBJECT_GRAPH" or dtype in (tf.variant, tf.string):
+            continue
+        values[name] = reader.get_tensor(name)
+    return values
