@@ -19,27 +19,24 @@ none for our own models.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from electra_tf import hf
-from electra_tf.config import (
-    MODEL_SIZES,
-    ConfigError,
-    ModelConfig,
-    PretrainingConfig,
-    replace_checked,
-    save_config,
+from electra_tf.checkpoint_config import (  # noqa: F401 (part of this module's API)
+    CheckpointError,
+    config_from_models,
+    infer_config,
+    read_config_file,
 )
+from electra_tf.config import ModelConfig, PretrainingConfig, save_config
+from electra_tf.tf1_files import resolve_prefix, write_state_file
 
 FORMATS = ("native", "original", "hf")
 CONFIG_FILE = "config.json"  # the resolved PretrainingConfig beside a native checkpoint
@@ -47,10 +44,6 @@ ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
 NATIVE_PREFIX = "ckpt"  # tf.train.CheckpointManager's default prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 _LOG = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """Weights that do not fit a model or a format; the message lists every offending name."""
 
 
 @dataclasses.dataclass
@@ -84,32 +77,6 @@ class LoadResult:
 
 
 # ------------------------------------------------------------------------------ locating
-def resolve_prefix(path: str) -> str:
-    """A tf.train checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
-    if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if latest:
-            return latest
-        indexes = sorted(f[: -len(".index")] for f in os.listdir(path) if f.endswith(".index"))
-        if len(indexes) == 1:
-            return os.path.join(path, indexes[0])
-
-        def step(name: str) -> int:
-            match = re.search(r"-(\d+)$", name)
-            return int(match.group(1)) if match else -1
-
-        numbered = [name for name in indexes if step(name) >= 0]
-        if numbered:
-            return os.path.join(path, max(numbered, key=step))
-        raise CheckpointError(
-            f"{path}: no `checkpoint` file and {len(indexes)} checkpoint(s) "
-            f"({', '.join(indexes) or 'none'}); pass a checkpoint prefix instead"
-        )
-    if os.path.exists(path + ".index"):
-        return path
-    raise CheckpointError(f"{path}: neither a directory nor a checkpoint prefix ({path}.index)")
-
-
 def detect_format(path: str) -> str:
     """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
     if os.path.isdir(path) and (
@@ -123,111 +90,6 @@ def detect_format(path: str) -> str:
         return "hf"
     names = tf.train.load_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
     return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"
-
-
-# ------------------------------------------------------------------------------ configs
-def _same_structure(a: ModelConfig, b: ModelConfig) -> bool:
-    fields = (
-        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-        "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_width",
-    )  # fmt: skip
-    return all(getattr(a, f) == getattr(b, f) for f in fields)
-
-
-def config_from_models(
-    disc: ModelConfig, gen: ModelConfig | None, untied_embeddings: bool = False, where: str = ""
-) -> PretrainingConfig:
-    """The PretrainingConfig whose discriminator/generator configs are `disc` and `gen`."""
-    size = next((name for name, (h, _) in MODEL_SIZES.items() if h == disc.hidden_size), "small")
-    overrides = {
-        k: v for k, v in disc.to_dict().items() if k not in ("vocab_size", "embedding_size")
-    }
-    values: dict[str, Any] = {
-        "model_size": size,
-        "model_hparam_overrides": overrides,
-        "embedding_size": disc.embedding_width,
-        "vocab_size": disc.vocab_size,
-        "max_seq_length": min(PretrainingConfig.max_seq_length, disc.max_position_embeddings),
-        "untied_generator_embeddings": untied_embeddings,
-    }
-    if gen is not None:
-        values["generator_hidden_size"] = gen.hidden_size / disc.hidden_size
-        values["generator_layers"] = gen.num_hidden_layers / disc.num_hidden_layers
-    config = replace_checked(PretrainingConfig(), values, where=where or "checkpoint").resolve()
-    problems = []
-    if not _same_structure(config.discriminator_config(), disc):
-        problems.append(f"discriminator {disc} -> {config.discriminator_config()}")
-    if gen is not None and not _same_structure(config.generator_config(), gen):
-        problems.append(
-            f"generator {gen} -> {config.generator_config()} (the config derives heads = "
-            "max(1, hidden // 64) and FFN = 4 * hidden from the generator's hidden size)"
-        )
-    if problems:
-        raise CheckpointError(f"{where}: no PretrainingConfig expresses: {'; '.join(problems)}")
-    return config
-
-
-def _encoder_config(shapes: Mapping[str, tuple], scope: str, where: str) -> ModelConfig | None:
-    prefix = f"{scope}/encoder/layer_"
-    layers = {int(n[len(prefix) :].split("/")[0]) for n in shapes if n.startswith(prefix)}
-    if not layers:
-        return None
-    if layers != set(range(len(layers))):
-        raise CheckpointError(f"{where}: {scope} layers are not 0..N-1: {sorted(layers)}")
-    emb = scope if f"{scope}/embeddings/word_embeddings" in shapes else "electra"
-    needed = [
-        f"{emb}/embeddings/word_embeddings",
-        f"{emb}/embeddings/position_embeddings",
-        f"{emb}/embeddings/token_type_embeddings",
-        f"{prefix}0/attention/self/query/kernel",
-        f"{prefix}0/intermediate/dense/kernel",
-    ]
-    missing = [n for n in needed if n not in shapes]
-    if missing:
-        raise CheckpointError(f"{where}: cannot infer the {scope} config; missing {missing}")
-    vocab, width = shapes[needed[0]]
-    hidden = shapes[needed[3]][1]
-    return ModelConfig(
-        vocab_size=vocab,
-        embedding_size=width,
-        hidden_size=hidden,
-        num_hidden_layers=len(layers),
-        num_attention_heads=max(1, hidden // 64),  # not stored; ELECTRA's head size is 64
-        intermediate_size=shapes[needed[4]][1],
-        max_position_embeddings=shapes[needed[1]][0],
-        type_vocab_size=shapes[needed[2]][0],
-    )
-
-
-def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> PretrainingConfig:
-    """Infers the PretrainingConfig (E, H, L, heads = H/64, FFN, generator fractions, V,
-    max positions, type vocabulary, untied generator embeddings) from variable shapes."""
-    shapes = {k: tuple(v) for k, v in shapes.items()}
-    disc = _encoder_config(shapes, "electra", where)
-    if disc is None:
-        raise CheckpointError(f"{where}: no electra/encoder/layer_* variables; not ELECTRA?")
-    gen = _encoder_config(shapes, "generator", where)
-    untied = "generator/embeddings/word_embeddings" in shapes
-    config = config_from_models(disc, gen, untied, where)
-    if gen is None and "generator_predictions/output_bias" in shapes:
-        # A masked-LM head without a generator encoder reads the `electra` encoder: either the
-        # generator shares all weights, or there is no discriminator (the BERT baseline).
-        if "discriminator_predictions/dense/kernel" in shapes:
-            config = dataclasses.replace(config, untied_generator=False)
-        else:
-            config = dataclasses.replace(config, electra_objective=False)
-    return config.resolve()
-
-
-def read_config_file(path: str) -> PretrainingConfig:
-    """A PretrainingConfig from JSON: a saved resolved config or a dict of overrides."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read a config ({e})") from e
-    values = {k: v for k, v in values.items() if not k.startswith("_")}
-    return replace_checked(PretrainingConfig(), values, where=path).resolve()
 
 
 # ------------------------------------------------------------------------------ reading
@@ -307,6 +169,7 @@ def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWei
     status = tf.train.Checkpoint(**{root: model}).read(prefix)
     try:
         status.assert_existing_objects_matched()
+        status.expect_partial()  # the optimizer, step and data iterator are not weights
     except AssertionError as e:
         raise CheckpointError(f"{prefix}: does not match the pretrainer of its config: {e}") from e
     weights = {name: var.numpy() for name, var in model.variable_map().items()}
@@ -330,10 +193,8 @@ def build_pretrainer(config: PretrainingConfig):
     """An ElectraPretrainer with every variable created (so `variable_map()` is complete)."""
     from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
-    model = ElectraPretrainer(config)
-    if hasattr(model, "build_variables"):
-        model.build_variables()
-    return model
+    # The special token ids steer masking only, never a variable; 0 fits any vocabulary.
+    return ElectraPretrainer(config, cls_id=0, sep_id=0, mask_id=0)
 
 
 def model_weights(model) -> dict[str, np.ndarray]:
@@ -461,11 +322,6 @@ def _output_dir(path: str, overwrite: bool) -> Iterator[str]:
         os.replace(tmp, path)
 
 
-def _write_state_file(directory: str, prefix_name: str) -> None:
-    # Relative paths keep the directory movable (the Estimator resolves them against it).
-    tf.compat.v1.train.update_checkpoint_state(directory, prefix_name, [prefix_name])
-
-
 def write_original_files(
     weights: Mapping[str, np.ndarray], directory: str, global_step: int | None
 ) -> str:
@@ -482,7 +338,7 @@ def write_original_files(
         shape_and_slices=[""] * len(keys),
         tensors=[tensors[k] for k in keys],
     )
-    _write_state_file(directory, name)
+    write_state_file(directory, name)
     return os.path.join(directory, name)
 
 
@@ -490,11 +346,12 @@ def write_native_files(
     model, directory: str, config: PretrainingConfig | None, global_step: int | None
 ) -> str:
     """Writes `tf.train.Checkpoint(model=model, step=...)` as `ckpt-<step>` plus config.json."""
-    step = int(global_step or 0)
-    name = f"{NATIVE_PREFIX}-{step}"
-    step_var = tf.Variable(step, dtype=tf.int64, trainable=False)
-    tf.train.Checkpoint(model=model, step=step_var).write(os.path.join(directory, name))
-    _write_state_file(directory, name)
+    name = f"{NATIVE_PREFIX}-{int(global_step or 0)}"
+    objects = {"model": model}
+    if global_step is not None:  # an unknown step stays unknown (HF weights carry none)
+        objects["step"] = tf.Variable(int(global_step), dtype=tf.int64, trainable=False)
+    tf.train.Checkpoint(**objects).write(os.path.join(directory, name))
+    write_state_file(directory, name)
     if config is not None:
         save_config(config, os.path.join(directory, CONFIG_FILE))
     return os.path.join(directory, name)

@@ -1,96 +1,17 @@
-"""Checkpoint interop: safetensors bytes, the HF name map, original TF1 checkpoints written
-from scratch with tf.compat.v1, config inference, round trips through every format."""
+"""Checkpoint interop: original TF1 checkpoints written from scratch with tf.compat.v1, config
+inference, loading into models, and round trips through every format."""
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints, hf, safetensors_io
+from electra_tf import checkpoints, safetensors_io
 from electra_tf.checkpoints import CheckpointError
-
-
-# ------------------------------------------------------------------------------ safetensors
-def _hand_built(header: dict, payload: bytes) -> bytes:
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + payload
-
-
-def test_safetensors_reads_hand_built_bytes(tmp_path):
-    a = np.array([[1.5, -2.0, 3.25]], dtype="<f4")  # [1, 3]
-    b = np.array([7, -8], dtype="<i8")
-    payload = a.tobytes() + b.tobytes()
-    header = {
-        "__metadata__": {"format": "pt"},
-        "a": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]},
-        "b": {"dtype": "I64", "shape": [2], "data_offsets": [12, 28]},
-    }
-    path = tmp_path / "x.safetensors"
-    path.write_bytes(_hand_built(header, payload))
-    tensors, metadata = safetensors_io.load_file_with_metadata(str(path))
-    assert metadata == {"format": "pt"}
-    np.testing.assert_array_equal(tensors["a"], [[1.5, -2.0, 3.25]])
-    np.testing.assert_array_equal(tensors["b"], [7, -8])
-    assert tensors["a"].dtype == np.float32 and tensors["b"].dtype == np.int64
-
-
-def test_safetensors_writes_the_exact_layout(tmp_path):
-    path = tmp_path / "y.safetensors"
-    safetensors_io.save_file(
-        {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.array(1.0, np.float16)},
-        str(path),
-        {"format": "pt"},
-    )
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    assert n % 8 == 0  # header padded so tensor data is 8-byte aligned
-    header = json.loads(raw[8 : 8 + n])
-    assert header["__metadata__"] == {"format": "pt"}
-    # Sorted by name: "s" (2 bytes of F16) comes first, then "w".
-    assert header["s"] == {"dtype": "F16", "shape": [], "data_offsets": [0, 2]}
-    assert header["w"] == {"dtype": "F32", "shape": [2, 3], "data_offsets": [2, 26]}
-    data = raw[8 + n :]
-    assert data[:2] == np.float16(1.0).tobytes()
-    assert data[2:] == struct.pack("<6f", 0, 1, 2, 3, 4, 5)
-
-
-def test_safetensors_bf16_round_trip(tmp_path):
-    import ml_dtypes
-
-    value = np.array([1.0, -0.5, 3.0], dtype=ml_dtypes.bfloat16)
-    safetensors_io.save_file({"v": value}, str(tmp_path / "b.safetensors"))
-    loaded = safetensors_io.load_file(str(tmp_path / "b.safetensors"))["v"]
-    assert loaded.dtype == value.dtype
-    np.testing.assert_array_equal(loaded.astype(np.float32), [1.0, -0.5, 3.0])
-
-
-@pytest.mark.parametrize(
-    "header, payload, message",
-    [
-        ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4, "do not hold"),
-        (
-            {
-                "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-                "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
-            },
-            b"\0" * 12,
-            "without gaps",
-        ),
-        ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 6, "trailing"),
-        ({"a": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8, "dtype"),
-    ],
-)
-def test_safetensors_rejects_malformed_files(tmp_path, header, payload, message):
-    path = tmp_path / "bad.safetensors"
-    path.write_bytes(_hand_built(header, payload))
-    with pytest.raises(safetensors_io.SafetensorsError, match=message) as info:
-        safetensors_io.load_file(str(path))
-    assert str(path) in str(info.value)
 
 
 # ------------------------------------------------------------------------------ original layout
@@ -235,51 +156,6 @@ def test_inference_of_a_generator_without_its_own_encoder(disc_head):
 
 
 # ------------------------------------------------------------------------------ HF layout
-def test_hf_names_follow_transformers():
-    expected = {
-        "electra/embeddings/word_embeddings": [
-            ("discriminator", "electra.embeddings.word_embeddings.weight"),
-            ("generator", "electra.embeddings.word_embeddings.weight"),
-        ],
-        "electra/embeddings/LayerNorm/beta": [
-            ("discriminator", "electra.embeddings.LayerNorm.bias"),
-            ("generator", "electra.embeddings.LayerNorm.bias"),
-        ],
-        "electra/embeddings_project/kernel": [
-            ("discriminator", "electra.embeddings_project.weight")
-        ],
-        "electra/encoder/layer_10/attention/self/query/kernel": [
-            ("discriminator", "electra.encoder.layer.10.attention.self.query.weight")
-        ],
-        "electra/encoder/layer_0/attention/output/LayerNorm/gamma": [
-            ("discriminator", "electra.encoder.layer.0.attention.output.LayerNorm.weight")
-        ],
-        "electra/encoder/layer_1/intermediate/dense/bias": [
-            ("discriminator", "electra.encoder.layer.1.intermediate.dense.bias")
-        ],
-        "discriminator_predictions/dense_1/kernel": [
-            ("discriminator", "discriminator_predictions.dense_prediction.weight")
-        ],
-        "discriminator_predictions/dense/bias": [
-            ("discriminator", "discriminator_predictions.dense.bias")
-        ],
-        "generator/embeddings_project/bias": [("generator", "electra.embeddings_project.bias")],
-        "generator/encoder/layer_2/output/LayerNorm/beta": [
-            ("generator", "electra.encoder.layer.2.output.LayerNorm.bias")
-        ],
-        "generator_predictions/dense/kernel": [("generator", "generator_predictions.dense.weight")],
-        "generator_predictions/LayerNorm/gamma": [
-            ("generator", "generator_predictions.LayerNorm.weight")
-        ],
-        "generator_predictions/output_bias": [("generator", "generator_lm_head.bias")],
-    }
-    for name, targets in expected.items():
-        assert hf.to_hf(name) == targets, name
-        for folder, hf_name in targets:
-            assert hf.from_hf(folder, hf_name) == name
-    assert hf.from_hf("generator", "generator_lm_head.weight") is None  # tied to the table
-
-
 def test_original_to_hf_folder_layout_and_back(tmp_path):
     shapes = original_shapes(layers=1, gen_layers=1)
     write_tf1_checkpoint(str(tmp_path / "orig"), shapes)
@@ -417,3 +293,80 @@ def test_encoder_hf_round_trip_is_bit_identical(tmp_path):
     np.testing.assert_array_equal(
         target(batch)["sequence_output"].numpy(), source(batch)["sequence_output"].numpy()
     )
+
+
+# ------------------------------------------------------------------------------ pretrainer
+SPECIAL_IDS = {"cls_id": 1, "sep_id": 2, "mask_id": 3}  # inside the tests' 50-word vocabulary
+
+
+def _pretrainer(config, seed):
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    rng = np.random.default_rng(seed)
+    for name, var in model.variable_map().items():
+        # Every tensor random (LayerNorms and biases too) so a dropped tensor cannot go unseen.
+        base = 1.0 if name.endswith("/gamma") else 0.0
+        var.assign(base + 0.05 * rng.standard_normal(var.shape).astype(np.float32))
+    return model
+
+
+def _outputs(model, batch):
+    model.rng.reset_from_seed(7)  # same masking and sampling draws for both models
+    outputs = model(batch, training=False)
+    return {k: v.numpy() for k, v in outputs.items()}
+
+
+def _assert_same_model(a, b, batch):
+    assert sorted(a.variable_map()) == sorted(b.variable_map())
+    for name, var in a.variable_map().items():
+        np.testing.assert_array_equal(b.variable_map()[name].numpy(), var.numpy(), err_msg=name)
+    out_a, out_b = _outputs(a, batch), _outputs(b, batch)
+    assert sorted(out_a) == sorted(out_b)
+    for key, value in out_a.items():
+        np.testing.assert_array_equal(out_b[key], value, err_msg=key)  # bit-identical
+
+
+@pytest.mark.parametrize("via", ["original", "hf"])
+def test_native_round_trip_is_bit_identical(tmp_path, via):
+    config = checkpoints.infer_config(original_shapes(layers=2, gen_layers=2))
+    model = _pretrainer(config, seed=3)
+    checkpoints.export(model, str(tmp_path / "native"), "native", global_step=5)
+    source = checkpoints.read_weights(str(tmp_path / "native"))
+    assert source.fmt == "native" and source.global_step == 5
+    checkpoints.write_weights(source, str(tmp_path / via), via)
+    foreign = checkpoints.read_weights(str(tmp_path / via))
+    assert foreign.fmt == via and foreign.unused == []
+    checkpoints.write_weights(foreign, str(tmp_path / "native2"), "native")
+
+    restored = _pretrainer(config, seed=4)  # different weights until loaded
+    result = checkpoints.load_into(restored, str(tmp_path / "native2"))
+    assert result.fmt == "native" and result.unused == [] and result.fresh == []
+    assert result.global_step == (5 if via == "original" else None)  # HF stores no step
+    _assert_same_model(model, restored, _batch(50, length=16))
+
+
+def test_released_layout_loads_into_pretrainer(tmp_path):
+    # Small++-like: generator as wide as the discriminator, with Adam slots as a training run
+    # writes them.
+    shapes = original_shapes(layers=1, gen_layers=1, gen_hidden=256)
+    values = write_tf1_checkpoint(str(tmp_path), shapes, step=1000, adam_slots=True)
+    config = checkpoints.read_weights(str(tmp_path)).config
+    model = _pretrainer(config, seed=0)
+    result = checkpoints.load_into(model, str(tmp_path))
+    assert result.global_step == 1000 and result.unused == []
+    assert len(result.skipped) == 1 + 2 * len(shapes)
+    assert sorted(model.variable_map()) == sorted(shapes)
+    for name, var in model.variable_map().items():
+        np.testing.assert_array_equal(var.numpy(), values[name])
+    assert np.isfinite(_outputs(model, _batch(50, length=16))["loss"])
+
+
+def test_discriminator_only_checkpoint_does_not_fill_a_pretrainer(tmp_path):
+    shapes = original_shapes(layers=1, gen_layers=1)
+    write_tf1_checkpoint(str(tmp_path), original_shapes(layers=1, generator=False))
+    model = _pretrainer(checkpoints.infer_config(shapes), seed=0)
+    with pytest.raises(CheckpointError) as info:
+        checkpoints.load_into(model, str(tmp_path))
+    assert "23 missing" in str(info.value)  # the generator (18) and its head (5), all listed
+    assert "generator_predictions/output_bias [50]" in str(info.value)

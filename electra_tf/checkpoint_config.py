@@ -1,0 +1,128 @@
+"""The PretrainingConfig of a checkpoint: inferred from variable shapes, built from the two
+networks' ModelConfigs (HF config.json files), or read from a JSON file.
+
+Heads are not stored in a checkpoint: they are taken as hidden // 64, ELECTRA's head size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from electra_tf.config import (
+    MODEL_SIZES,
+    ConfigError,
+    ModelConfig,
+    PretrainingConfig,
+    replace_checked,
+)
+
+
+class CheckpointError(ValueError):
+    """Weights that do not fit a model or a format; the message lists every offending name."""
+
+
+def _same_structure(a: ModelConfig, b: ModelConfig) -> bool:
+    fields = (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_width",
+    )  # fmt: skip
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def config_from_models(
+    disc: ModelConfig, gen: ModelConfig | None, untied_embeddings: bool = False, where: str = ""
+) -> PretrainingConfig:
+    """The PretrainingConfig whose discriminator/generator configs are `disc` and `gen`."""
+    size = next((name for name, (h, _) in MODEL_SIZES.items() if h == disc.hidden_size), "small")
+    overrides = {
+        k: v for k, v in disc.to_dict().items() if k not in ("vocab_size", "embedding_size")
+    }
+    values: dict[str, Any] = {
+        "model_size": size,
+        "model_hparam_overrides": overrides,
+        "embedding_size": disc.embedding_width,
+        "vocab_size": disc.vocab_size,
+        "max_seq_length": min(PretrainingConfig.max_seq_length, disc.max_position_embeddings),
+        "untied_generator_embeddings": untied_embeddings,
+    }
+    if gen is not None:
+        values["generator_hidden_size"] = gen.hidden_size / disc.hidden_size
+        values["generator_layers"] = gen.num_hidden_layers / disc.num_hidden_layers
+    config = replace_checked(PretrainingConfig(), values, where=where or "checkpoint").resolve()
+    problems = []
+    if not _same_structure(config.discriminator_config(), disc):
+        problems.append(f"discriminator {disc} -> {config.discriminator_config()}")
+    if gen is not None and not _same_structure(config.generator_config(), gen):
+        problems.append(
+            f"generator {gen} -> {config.generator_config()} (the config derives heads = "
+            "max(1, hidden // 64) and FFN = 4 * hidden from the generator's hidden size)"
+        )
+    if problems:
+        raise CheckpointError(f"{where}: no PretrainingConfig expresses: {'; '.join(problems)}")
+    return config
+
+
+def _encoder_config(shapes: Mapping[str, tuple], scope: str, where: str) -> ModelConfig | None:
+    prefix = f"{scope}/encoder/layer_"
+    layers = {int(n[len(prefix) :].split("/")[0]) for n in shapes if n.startswith(prefix)}
+    if not layers:
+        return None
+    if layers != set(range(len(layers))):
+        raise CheckpointError(f"{where}: {scope} layers are not 0..N-1: {sorted(layers)}")
+    emb = scope if f"{scope}/embeddings/word_embeddings" in shapes else "electra"
+    needed = [
+        f"{emb}/embeddings/word_embeddings",
+        f"{emb}/embeddings/position_embeddings",
+        f"{emb}/embeddings/token_type_embeddings",
+        f"{prefix}0/attention/self/query/kernel",
+        f"{prefix}0/intermediate/dense/kernel",
+    ]
+    missing = [n for n in needed if n not in shapes]
+    if missing:
+        raise CheckpointError(f"{where}: cannot infer the {scope} config; missing {missing}")
+    vocab, width = shapes[needed[0]]
+    hidden = shapes[needed[3]][1]
+    return ModelConfig(
+        vocab_size=vocab,
+        embedding_size=width,
+        hidden_size=hidden,
+        num_hidden_layers=len(layers),
+        num_attention_heads=max(1, hidden // 64),  # not stored; ELECTRA's head size is 64
+        intermediate_size=shapes[needed[4]][1],
+        max_position_embeddings=shapes[needed[1]][0],
+        type_vocab_size=shapes[needed[2]][0],
+    )
+
+
+def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> PretrainingConfig:
+    """Infers the PretrainingConfig (E, H, L, heads = H/64, FFN, generator fractions, V,
+    max positions, type vocabulary, untied generator embeddings) from variable shapes."""
+    shapes = {k: tuple(v) for k, v in shapes.items()}
+    disc = _encoder_config(shapes, "electra", where)
+    if disc is None:
+        raise CheckpointError(f"{where}: no electra/encoder/layer_* variables; not ELECTRA?")
+    gen = _encoder_config(shapes, "generator", where)
+    untied = "generator/embeddings/word_embeddings" in shapes
+    config = config_from_models(disc, gen, untied, where)
+    if gen is None and "generator_predictions/output_bias" in shapes:
+        # A masked-LM head without a generator encoder reads the `electra` encoder: either the
+        # generator shares all weights, or there is no discriminator (the BERT baseline).
+        if "discriminator_predictions/dense/kernel" in shapes:
+            config = dataclasses.replace(config, untied_generator=False)
+        else:
+            config = dataclasses.replace(config, electra_objective=False)
+    return config.resolve()
+
+
+def read_config_file(path: str) -> PretrainingConfig:
+    """A PretrainingConfig from JSON: a saved resolved config or a dict of overrides."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read a config ({e})") from e
+    values = {k: v for k, v in values.items() if not k.startswith("_")}
+    return replace_checked(PretrainingConfig(), values, where=path).resolve()
