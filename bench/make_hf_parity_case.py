@@ -22,8 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from electra_tf import checkpoints  # noqa: E402
 from electra_tf.config import pretraining_config  # noqa: E402
-from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
-from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead  # noqa: E402
 
 
 def main() -> int:
@@ -46,17 +44,8 @@ def main() -> int:
         source.config if source else pretraining_config(preset=args.preset, hparams=args.hparams)
     )
     disc_config, gen_config = config.discriminator_config(), config.generator_config()
-    discriminator = TransformerEncoder(disc_config, name="electra")
-    shared = None if config.untied_generator_embeddings else discriminator.embeddings
-    generator = TransformerEncoder(gen_config, embeddings=shared, name="generator")
-    disc_head = DiscriminatorHead(disc_config)
-    gen_head = GeneratorHead(gen_config, generator.embeddings)
-    variables = {
-        **discriminator.variable_map("electra"),
-        **disc_head.variable_map(),
-        **generator.variable_map("generator"),
-        **gen_head.variable_map(),
-    }
+    model = checkpoints.build_pretrainer(config)
+    variables = model.variable_map()
     if source is not None:
         checkpoints.assign(variables, source, where="parity model")
     else:
@@ -80,14 +69,14 @@ def main() -> int:
     ).astype(np.int32)  # [batch, num_masked]
     inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
 
-    disc_logits = disc_head(discriminator(inputs)["sequence_output"])  # [batch, seq_len]
-    gen_logits = gen_head(generator(inputs)["sequence_output"], positions)  # [b, n, vocab]
+    # The pretrainer's own networks and heads, on fixed inputs (its call would mask and sample).
+    hidden = model.discriminator(inputs)["sequence_output"]
+    disc_logits = model.discriminator_head(hidden)  # [batch, seq_len]
+    hidden = model.generator(inputs)["sequence_output"]
+    gen_logits = model.generator_head(hidden, positions)  # [batch, num_masked, vocab]
 
-    weights = checkpoints.SourceWeights(
-        {name: var.numpy() for name, var in variables.items()}, "native", "parity", config
-    )
     os.makedirs(args.output, exist_ok=True)
-    checkpoints.write_weights(weights, os.path.join(args.output, "hf"), "hf", args.overwrite)
+    checkpoints.export(model, os.path.join(args.output, "hf"), "hf", overwrite=args.overwrite)
     np.savez(
         os.path.join(args.output, "logits.npz"),
         disc_logits=disc_logits.numpy(),

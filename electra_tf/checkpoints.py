@@ -79,14 +79,7 @@ class LoadResult:
 # ------------------------------------------------------------------------------ locating
 def detect_format(path: str) -> str:
     """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
-    if os.path.isdir(path) and (
-        any(
-            os.path.exists(os.path.join(path, p, hf.CONFIG_FILE))
-            for p in ("discriminator", "generator")
-        )
-        or os.path.exists(os.path.join(path, hf.WEIGHTS_FILE))
-        or os.path.exists(os.path.join(path, hf.WEIGHTS_FILE + ".index.json"))
-    ):
+    if os.path.isdir(path) and hf.is_hf_dir(path):
         return "hf"
     names = tf.train.load_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
     return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"

@@ -214,6 +214,18 @@ def _folder_tensors(folder_path: str) -> dict[str, np.ndarray]:
     raise HFFormatError(f"{folder_path}: no {WEIGHTS_FILE} (or sharded index) found")
 
 
+def is_hf_dir(path: str) -> bool:
+    """An export (discriminator/ or generator/ inside) or one HF model folder. A native
+    checkpoint's config.json is ours, not an HF one: only HF's has `model_type`."""
+    if any(os.path.exists(os.path.join(path, p, CONFIG_FILE)) for p in (DISCRIMINATOR, GENERATOR)):
+        return True
+    try:
+        with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
+            return "model_type" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
 def folders(path: str) -> dict[str, str]:
     """{"discriminator"/"generator": folder} found at `path` (an export or a single HF model)."""
     found = {

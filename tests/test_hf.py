@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from electra_tf import hf
+import json
+
+import numpy as np
+import pytest
+
+from electra_tf import hf, safetensors_io
 
 
 def test_hf_names_follow_transformers():
@@ -48,3 +53,25 @@ def test_hf_names_follow_transformers():
         for folder, hf_name in targets:
             assert hf.from_hf(folder, hf_name) == name
     assert hf.from_hf("generator", "generator_lm_head.weight") is None  # tied to the table
+
+
+def test_hub_folder_with_only_a_torch_pickle_gets_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "electra"}')
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+    assert hf.is_hf_dir(str(tmp_path))
+    with pytest.raises(hf.HFFormatError, match="safe_serialization=True"):
+        hf.read(str(tmp_path))
+
+
+def test_unknown_hf_tensors_are_reported(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "electra", "vocab_size": 9}))
+    tensors = {
+        "electra.embeddings.word_embeddings.weight": np.ones((9, 4), np.float32),
+        "electra.pooler.dense.weight": np.ones((4, 4), np.float32),  # no ELECTRA counterpart
+        "electra.embeddings.position_ids": np.arange(4)[None],  # a buffer, silently skipped
+    }
+    safetensors_io.save_file(tensors, str(tmp_path / "model.safetensors"))
+    weights, configs, unused = hf.read(str(tmp_path))
+    assert sorted(weights) == ["electra/embeddings/word_embeddings"]
+    assert unused == ["discriminator/electra.pooler.dense.weight"]
+    assert configs["discriminator"].vocab_size == 9
