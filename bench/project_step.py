@@ -7,6 +7,10 @@ loop's own `make_train_function` (one step per call here, so each step can be ti
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +22,18 @@ from electra_tf.config import pretraining_config
 from electra_tf.training import loop
 
 CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
+
+
+def write_bench_vocab(directory: str, size: int) -> str:
+    """A vocab.txt with BERT uncased's special ids (the loop reads them from the run's vocab)."""
+    tokens = [f"w{i}" for i in range(size)]
+    for index, token in ((0, "[PAD]"), (100, "[UNK]"), (101, "[CLS]"), (102, "[SEP]")):
+        tokens[index] = token
+    tokens[103] = "[MASK]"
+    path = os.path.join(directory, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return path
 
 
 def synthetic_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.data.Dataset:
@@ -49,7 +65,10 @@ def build_project_step(
         hparams["precision"] = precision
     if jit != "auto":
         hparams["jit_compile"] = jit == "on"
-    config = pretraining_config("bench", "/nonexistent-bench-data", preset="small", hparams=hparams)
+    data_dir = tempfile.mkdtemp(prefix="electra-bench-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    config = pretraining_config("bench", data_dir, preset="small", hparams=hparams)
+    write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = tf.distribute.get_strategy()
     model = loop.build_model(config)
