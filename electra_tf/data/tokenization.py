@@ -78,6 +78,37 @@ class _Patterns:
         self.words = re.compile(cls(punct) + "|" + cls(punct + space, negate=True) + "+")
 
 
+class BasicTokenizer:
+    """The original's BasicTokenizer (clean, CJK spacing, lower-case/strip accents, punctuation
+    split) without a vocabulary; also what vocabulary learning counts words with."""
+
+    def __init__(self, do_lower_case: bool = True, strip_accents: bool = True) -> None:
+        self.do_lower_case = do_lower_case
+        self.strip_accents = strip_accents and do_lower_case
+        self._ascii_control = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+        # After cleaning, printable ASCII is alphanumeric or punctuation; the rest is space.
+        self._ascii_words = re.compile("[A-Za-z0-9]+|[!-/:-@\\[-`{-~]")
+        self._bmp = _Patterns(bmp_only=True)
+        self._full = _Patterns(bmp_only=False)
+
+    def tokenize(self, text: str) -> list[str]:
+        """Words and punctuation marks after cleaning, lower-casing and accent stripping."""
+        if text.isascii():
+            if self._ascii_control.search(text):
+                text = self._ascii_control.sub("", text)
+            if self.do_lower_case:
+                text = text.lower()
+            return self._ascii_words.findall(text)
+        rx = self._bmp if max(text) <= "\uffff" else self._full
+        text = rx.removed.sub("", text)
+        text = rx.cjk.sub(" \\g<0> ", text)
+        if self.do_lower_case:
+            text = text.lower()
+            if self.strip_accents:
+                text = rx.marks.sub("", unicodedata.normalize("NFD", text))
+        return rx.words.findall(text)
+
+
 class FullTokenizer:
     """End-to-end WordPiece tokenizer, the original's `FullTokenizer` behaviour.
 
@@ -105,29 +136,7 @@ class FullTokenizer:
         self.unk_id = self.vocab["[UNK]"]
         self._max_piece_len = max(len(t) for t in self.vocab)
         self._cache: dict[str, list[int]] = {}
-        self._ascii_control = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-        # After cleaning, printable ASCII is alphanumeric or punctuation; the rest is space.
-        self._ascii_words = re.compile("[A-Za-z0-9]+|[!-/:-@\\[-`{-~]")
-        self._bmp = _Patterns(bmp_only=True)
-        self._full = _Patterns(bmp_only=False)
-
-    # ------------------------------------------------------------------ basic tokenization
-    def basic_tokenize(self, text: str) -> list[str]:
-        """Words and punctuation marks after cleaning, lower-casing and accent stripping."""
-        if text.isascii():
-            if self._ascii_control.search(text):
-                text = self._ascii_control.sub("", text)
-            if self.do_lower_case:
-                text = text.lower()
-            return self._ascii_words.findall(text)
-        rx = self._bmp if max(text) <= "\uffff" else self._full
-        text = rx.removed.sub("", text)
-        text = rx.cjk.sub(" \\g<0> ", text)
-        if self.do_lower_case:
-            text = text.lower()
-            if self.strip_accents:
-                text = rx.marks.sub("", unicodedata.normalize("NFD", text))
-        return rx.words.findall(text)
+        self.basic_tokenize = BasicTokenizer(do_lower_case, strip_accents).tokenize
 
     # ------------------------------------------------------------------ wordpiece
     def _wordpiece(self, word: str) -> list[int]:

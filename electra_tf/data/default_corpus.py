@@ -1,0 +1,249 @@
+"""The default pre-training corpus: English prose already on the machine, no download.
+
+Sources, walked in sorted order: docstrings (module, class, function) of the Python standard
+library and of the packages installed in the environment, and their .rst/.md/.txt documents.
+Each docstring or document is one document; its paragraphs become lines. Paragraphs that look
+like code or not like English are dropped, and repeated paragraphs (licences, boilerplate) are
+kept once (by hash). Every 50th document (by hash) goes to a held-out evaluation split.
+
+`build_default_data(data_dir)` writes `corpus/`, `eval_corpus/`, `vocab.txt`,
+`pretrain_tfrecords/` and `eval_tfrecords/`, and last a completion marker holding the SHA-256 of
+every file; when the marker matches, it returns at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+
+MARKER = "default_corpus.complete.json"
+_FORMAT_VERSION = 1
+_PART_BYTES = 4_000_000
+_COMMON = frozenset(
+    "the of and to a in is for that this be it with as are on by or an if not from can "
+    "which when will you at all must one has have".split()
+)
+_WORD = re.compile(r"[A-Za-z]+")
+_CODE_HINTS = re.compile(r">>>|\.\.\.\s|[{};]|==|!=|\b(def|import|return|lambda|self)\b|::|\w\(\)")
+
+
+def looks_like_english(paragraph: str) -> bool:
+    """Heuristic prose filter: mostly letters, enough words, common English function words."""
+    if len(paragraph) < 40 or len(paragraph) > 4000:
+        return False
+    letters = sum(c.isalpha() or c == " " for c in paragraph)
+    if not paragraph.isascii() or letters < 0.85 * len(paragraph):
+        return False
+    words = _WORD.findall(paragraph.lower())
+    if len(words) < 8:
+        return False
+    if sum(w in _COMMON for w in words) < 0.15 * len(words):
+        return False
+    return len(_CODE_HINTS.findall(paragraph)) <= len(words) // 40
+
+
+def _paragraphs(text: str) -> list[str]:
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.splitlines()
+        # Indented blocks in docstrings/rst are examples or literal code.
+        if any(line.startswith(("    ", "\t", ".. ", ">>>", "|", "#")) for line in lines[1:]):
+            continue
+        paragraph = " ".join(line.strip() for line in lines if line.strip())
+        if looks_like_english(paragraph):
+            out.append(paragraph)
+    return out
+
+
+def _docstrings(path: str) -> Iterator[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, OSError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc:
+                yield doc
+
+
+def source_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    roots = [paths["stdlib"], paths["purelib"]]
+    return sorted({os.path.realpath(r) for r in roots if os.path.isdir(r)})
+
+
+def iter_documents(roots: list[str]) -> Iterator[list[str]]:
+    """Documents (lists of paragraphs), in sorted traversal order, before de-duplication."""
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in ("__pycache__", "site-packages", "test", "tests")
+            )
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                if name.endswith(".py"):
+                    texts = list(_docstrings(path))
+                elif name.endswith((".rst", ".md", ".txt")) and os.path.getsize(path) < 2_000_000:
+                    with open(path, encoding="utf-8", errors="replace") as f:
+                        texts = [f.read()]
+                else:
+                    continue
+                for text in texts:
+                    paragraphs = _paragraphs(text)
+                    if paragraphs:
+                        yield paragraphs
+
+
+def write_corpus(data_dir: str, max_bytes: int) -> dict:
+    """Writes de-duplicated documents to corpus/part-*.txt and eval_corpus/part-*.txt."""
+    seen: set[bytes] = set()
+    counts = {"documents": 0, "eval_documents": 0, "paragraphs": 0, "bytes": 0}
+    writers: dict[str, tuple[list, list]] = {"corpus": ([], [0]), "eval_corpus": ([], [0])}
+    for split in writers:
+        os.makedirs(os.path.join(data_dir, split), exist_ok=True)
+
+    def flush(split: str, final: bool = False) -> None:
+        buffer, part = writers[split]
+        if buffer and (final or sum(map(len, buffer)) >= _PART_BYTES):
+            path = os.path.join(data_dir, split, f"part-{part[0]:05d}.txt")
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.write("\n\n".join(buffer) + "\n")
+            os.replace(path + ".tmp", path)
+            buffer.clear()
+            part[0] += 1
+
+    for paragraphs in iter_documents(source_roots()):
+        kept = []
+        for p in paragraphs:
+            key = hashlib.sha1(p.lower().encode()).digest()
+            if key not in seen:
+                seen.add(key)
+                kept.append(p)
+        if not kept:
+            continue
+        doc = "\n".join(kept)
+        split = "eval_corpus" if hashlib.sha1(doc.encode()).digest()[0] % 50 == 0 else "corpus"
+        writers[split][0].append(doc)
+        counts["documents" if split == "corpus" else "eval_documents"] += 1
+        counts["paragraphs"] += len(kept)
+        counts["bytes"] += len(doc) + 2
+        flush(split)
+        if counts["bytes"] >= max_bytes:
+            break
+    for split in writers:
+        flush(split, final=True)
+    return counts
+
+
+def _file_hashes(data_dir: str) -> dict[str, str]:
+    hashes = {}
+    for sub in ("corpus", "eval_corpus", "pretrain_tfrecords", "eval_tfrecords"):
+        for name in sorted(os.listdir(os.path.join(data_dir, sub))):
+            path = os.path.join(data_dir, sub, name)
+            with open(path, "rb") as f:
+                hashes[f"{sub}/{name}"] = hashlib.sha256(f.read()).hexdigest()
+    with open(os.path.join(data_dir, "vocab.txt"), "rb") as f:
+        hashes["vocab.txt"] = hashlib.sha256(f.read()).hexdigest()
+    return hashes
+
+
+def is_complete(data_dir: str, settings: dict) -> bool:
+    path = os.path.join(data_dir, MARKER)
+    try:
+        with open(path, encoding="utf-8") as f:
+            marker = json.load(f)
+        return marker["settings"] == settings and marker["files"] == _file_hashes(data_dir)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _remove_ours(directory: str, pattern: str) -> None:
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if re.fullmatch(pattern, name):
+                os.remove(os.path.join(directory, name))
+
+
+def build_default_data(
+    data_dir: str,
+    max_corpus_mb: float = 40.0,
+    vocab_size: int = 30522,
+    max_seq_length: int = 128,
+    num_processes: int = 2,
+    log=print,
+) -> dict:
+    """Builds (or confirms) the default corpus, vocabulary and TFRecords under `data_dir`."""
+    from electra_tf.data import vocab_learning
+    from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
+
+    settings = {
+        "version": _FORMAT_VERSION,
+        "max_corpus_mb": max_corpus_mb,
+        "vocab_size": vocab_size,
+        "max_seq_length": max_seq_length,
+        "python": sys.version.split()[0],
+    }
+    if is_complete(data_dir, settings):
+        log(f"default corpus already built in {data_dir} (marker {MARKER} matches); nothing to do")
+        with open(os.path.join(data_dir, MARKER), encoding="utf-8") as f:
+            return json.load(f)
+    start = time.perf_counter()
+    os.makedirs(data_dir, exist_ok=True)
+    # Only files this builder writes are ever removed (a stale marker first).
+    _remove_ours(data_dir, re.escape(MARKER))
+    for split in ("corpus", "eval_corpus"):
+        _remove_ours(os.path.join(data_dir, split), r"part-\d{5}\.txt")
+    log(f"collecting English docstrings and documents from {', '.join(source_roots())}")
+    counts = write_corpus(data_dir, int(max_corpus_mb * 1e6))
+    log(f"corpus: {counts} ({time.perf_counter() - start:.0f} s)")
+
+    vocab_file = os.path.join(data_dir, "vocab.txt")
+    word_counts = vocab_learning.count_words(
+        vocab_learning.corpus_lines(os.path.join(data_dir, "corpus"))
+    )
+    # The tensorflow-text learner needs many minutes here; see frequency_vocab.
+    tokens = vocab_learning.frequency_vocab(word_counts, vocab_size)
+    vocab_learning.write_vocab(tokens, vocab_file)
+    log(f"vocab: {len(tokens)} entries ({time.perf_counter() - start:.0f} s)")
+
+    stats = {}
+    for split, out, shards in (
+        ("corpus", "pretrain_tfrecords", 32),
+        ("eval_corpus", "eval_tfrecords", 1),
+    ):
+        result = build_pretraining_tfrecords(
+            BuildOptions(
+                corpus_dir=os.path.join(data_dir, split),
+                vocab_file=vocab_file,
+                output_dir=os.path.join(data_dir, out),
+                max_seq_length=max_seq_length,
+                num_processes=num_processes,
+                num_out_files=shards,
+                overwrite=True,  # a partial earlier run of ours; other files are kept
+            )
+        )
+        log(f"{out}:\n{result.summary()}")
+        stats[out] = {k: getattr(result, k) for k in ("documents", "tokens", "examples")}
+    marker = {
+        "settings": settings,
+        "corpus": counts,
+        "vocab_size": len(tokens),
+        "tfrecords": stats,
+        "seconds": round(time.perf_counter() - start, 1),
+        "files": _file_hashes(data_dir),
+    }
+    path = os.path.join(data_dir, MARKER)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(marker, f, indent=1)
+    os.replace(path + ".tmp", path)
+    log(f"default corpus complete in {marker['seconds']} s: {data_dir}")
+    return marker
