@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                 native_vars = model.variable_map()
                 checkpoints.check_fit(native_vars, source, "ElectraPretrainer")
             print("\n".join(mapping_lines(source, args.dst, native_vars)))
-            print(f"# {len(source.weights)} tensors, {source.fmt} -> {args.dst}; nothing written")
+            step = "none" if source.global_step is None else source.global_step
+            print(
+                f"# {len(source.weights)} tensors, {source.fmt} -> {args.dst}, "
+                f"global_step {step}; nothing written"
+            )
             return 0
         checkpoints.write_weights(source, args.output, args.dst, overwrite=args.overwrite)
     except (checkpoints.CheckpointError, ConfigError, HFFormatError, SafetensorsError) as e:

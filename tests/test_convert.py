@@ -91,5 +91,5 @@ def test_module_entry_point_runs(tmp_path):
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "original -> hf; nothing written" in result.stdout
+    assert "original -> hf, global_step 42; nothing written" in result.stdout
     assert not (tmp_path / "hf").exists()
