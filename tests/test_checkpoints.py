@@ -370,3 +370,26 @@ def test_discriminator_only_checkpoint_does_not_fill_a_pretrainer(tmp_path):
         checkpoints.load_into(model, str(tmp_path))
     assert "23 missing" in str(info.value)  # the generator (18) and its head (5), all listed
     assert "generator_predictions/output_bias [50]" in str(info.value)
+
+
+def test_original_export_restores_with_a_tf1_saver(tmp_path):
+    # What the original code does with an init checkpoint: tf.compat.v1 variables of the
+    # original names restored by name. Any name, shape or dtype difference fails here.
+    shapes = original_shapes(layers=1, gen_layers=1)
+    write_tf1_checkpoint(str(tmp_path / "orig"), shapes, step=3)
+    source = checkpoints.read_weights(str(tmp_path / "orig"))
+    source.weights = {k: v + 1.0 for k, v in source.weights.items()}  # distinguishable values
+    checkpoints.write_weights(source, str(tmp_path / "export"), "original")
+    with tf.Graph().as_default():
+        variables = {
+            n: tf.compat.v1.get_variable(n, shape=s, initializer=tf.zeros_initializer())
+            for n, s in shapes.items()
+        }
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.compat.v1.Session() as sess:
+            saver = tf.compat.v1.train.Saver([*variables.values(), global_step])
+            saver.restore(sess, tf.train.latest_checkpoint(str(tmp_path / "export")))
+            values = sess.run(variables)
+            assert sess.run(global_step) == 3
+    for name, value in values.items():
+        np.testing.assert_array_equal(value, source.weights[name])

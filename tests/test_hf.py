@@ -75,3 +75,28 @@ def test_unknown_hf_tensors_are_reported(tmp_path):
     assert sorted(weights) == ["electra/embeddings/word_embeddings"]
     assert unused == ["discriminator/electra.pooler.dense.weight"]
     assert configs["discriminator"].vocab_size == 9
+
+
+def test_untied_generator_embeddings_round_trip(tmp_path):
+    from electra_tf.config import ModelConfig
+
+    rng = np.random.default_rng(0)
+    tables = {"word_embeddings": (7, 4), "position_embeddings": (5, 4)}
+    weights = {}
+    for scope in ("electra", "generator"):  # two different tables: untied
+        for table, shape in tables.items():
+            weights[f"{scope}/embeddings/{table}"] = rng.standard_normal(shape).astype(np.float32)
+    weights["generator/encoder/layer_0/output/dense/kernel"] = np.ones((16, 4), np.float32)
+    weights["generator_predictions/output_bias"] = np.zeros(7, np.float32)
+    weights["electra/encoder/layer_0/output/dense/kernel"] = np.ones((16, 4), np.float32)
+    config = ModelConfig(vocab_size=7, hidden_size=4, num_hidden_layers=1, num_attention_heads=1)
+    hf.write(weights, str(tmp_path), {"discriminator": config, "generator": config})
+    gen = safetensors_io.load_file(str(tmp_path / "generator/model.safetensors"))
+    np.testing.assert_array_equal(
+        gen["electra.embeddings.word_embeddings.weight"],
+        weights["generator/embeddings/word_embeddings"],
+    )
+    back, _, unused = hf.read(str(tmp_path))
+    assert unused == [] and sorted(back) == sorted(weights)
+    for name, value in weights.items():
+        np.testing.assert_array_equal(back[name], value)
