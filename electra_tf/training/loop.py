@@ -89,8 +89,9 @@ def make_dataset(
     file_pattern: str,
     global_batch_size: int,
     is_training: bool,
+    seed: int | None = None,
 ) -> Any:
-    """The pre-training input, batched per replica when distributed."""
+    """The pre-training input, batched per replica when distributed (seed: config.seed)."""
     from electra_tf.data.pretraining_input import pretraining_dataset
 
     def dataset_fn(context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
@@ -102,7 +103,7 @@ def make_dataset(
             batch,
             config.max_seq_length,
             is_training=is_training,
-            seed=config.seed,
+            seed=config.seed if seed is None else seed,
             input_context=context,
         )
 
@@ -248,33 +249,36 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
         model = build_model(config)
         optimizer = build_optimizer(config, model)
         model.compile(optimizer=optimizer)
-    dataset = make_dataset(
-        config, strategy, config.resolved_pretrain_tfrecords(), config.train_batch_size, True
-    )
-    iterator = iter(dataset)
+    pattern = config.resolved_pretrain_tfrecords()
+    state: dict[str, Any] = {"model": model, "optimizer": optimizer, "step": optimizer.iterations}
+    iterator = iter(make_dataset(config, strategy, pattern, config.train_batch_size, True))
+    # tf.data iterators are checkpointable, tf.distribute's are not: under a strategy with
+    # several replicas the input restarts on resume (as the original's), reseeded by the step.
+    track_data = isinstance(iterator, tf.data.Iterator)
+    if track_data:
+        state["data"] = iterator
     checkpoints = TrainingCheckpoints(
-        model_dir,
-        config.keep_checkpoint_max,
-        is_chief=is_chief,
-        worker_id=worker_id,
-        model=model,
-        optimizer=optimizer,
-        step=optimizer.iterations,
-        data=iterator,
+        model_dir, config.keep_checkpoint_max, is_chief=is_chief, worker_id=worker_id, **state
     )
     restored = checkpoints.restore_latest()
     if restored:
-        print(f"Resuming from {restored} (step {int(optimizer.iterations)})", file=stream)
+        print(f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})", file=stream)
+        if not track_data:
+            seed = config.seed + int(optimizer.iterations.numpy())
+            iterator = iter(
+                make_dataset(config, strategy, pattern, config.train_batch_size, True, seed)
+            )
+            print(f"Input restarted with seed {seed} (position not restorable)", file=stream)
     elif config.init_checkpoint:
         fmt = load_init_checkpoint(model, config)
         optimizer.iterations.assign(config.init_step or 0)
         print(
             f"Continuing pre-training from {config.init_checkpoint} ({fmt} weights, fresh "
-            f"optimizer) at step {int(optimizer.iterations)}",
+            f"optimizer) at step {int(optimizer.iterations.numpy())}",
             file=stream,
         )
 
-    step = int(optimizer.iterations)
+    step = int(optimizer.iterations.numpy())
     total = config.num_train_steps
     if step >= total:
         print(f"{model_dir} is already trained to step {step} >= {total}", file=stream)
@@ -304,10 +308,10 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
                 raise RuntimeError(
                     f"{config.resolved_pretrain_tfrecords()}: the training data ran out"
                 ) from e
-            step = int(optimizer.iterations)
+            step = int(optimizer.iterations.numpy())
             stopping = step >= total or stop.signum is not None
             if step % log_every == 0 or stopping:
-                lr = float(inner.learning_rate)
+                lr = float(inner.learning_rate.numpy())
                 result.metrics = reporter.report(step, _metric_values(model), tokens, lr)
                 _reset_metrics(model)
                 tokens = 0

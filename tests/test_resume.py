@@ -1,0 +1,139 @@
+"""Resuming pre-training: exact continuation, kill -9 at any moment, Ctrl-C saves and exits."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+from pretrain_harness import (
+    ROOT,
+    checkpoint_values,
+    cli_command,
+    cli_env,
+    hparams,
+    run_cli,
+    write_corpus,
+)
+
+from electra_tf import pretrain
+from electra_tf.checkpoints import read_weights
+from electra_tf.training import loop
+
+
+def _main(data_dir, model_name, **overrides):
+    argv = ["--data-dir", str(data_dir), "--model-name", model_name, "--preset", "tiny"]
+    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
+
+
+def test_resumed_run_equals_the_uninterrupted_run(tmp_path, capsys):
+    data = write_corpus(tmp_path / "data")
+    models = data / "models"
+    assert _main(data, "straight", num_train_steps=8) == 0
+    # A run that "stopped" at step 4: the straight run's files up to ckpt-4, and nothing later.
+    os.makedirs(models / "resumed")
+    for name in os.listdir(models / "straight"):
+        if name.startswith("ckpt-4.") or name == "config.json":
+            shutil.copy(models / "straight" / name, models / "resumed" / name)
+    (models / "resumed" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
+    capsys.readouterr()
+    assert _main(data, "resumed", num_train_steps=8) == 0
+    out = capsys.readouterr().out
+    assert "Resuming from" in out and "ckpt-4 (step 4)" in out
+    assert "step 2/8" not in out and "step 8/8" in out
+
+    straight = checkpoint_values(str(models / "straight" / "ckpt-8"))
+    resumed = checkpoint_values(str(models / "resumed" / "ckpt-8"))
+    assert straight.keys() == resumed.keys()
+    # Weights, Adam slots, step and the sampling RNG all continue exactly; equal weights also
+    # show that the data stream continued where it stopped (no batch repeated or skipped).
+    for name, value in straight.items():
+        np.testing.assert_array_equal(value, resumed[name], err_msg=name)
+    assert any("rng" in name for name in straight), sorted(straight)[:20]
+    earlier = checkpoint_values(str(models / "straight" / "ckpt-6"))
+    changed = [k for k in earlier if k.startswith("model/") and "metric" not in k]
+    assert any(not np.array_equal(earlier[k], straight[k]) for k in changed)
+
+
+def test_init_checkpoint_loads_weights_and_sets_the_step(tmp_path):
+    data = write_corpus(tmp_path / "data", num_records=8)
+    assert _main(data, "source", num_train_steps=2) == 0
+    source = str(data / "models" / "source")
+    config = pretrain.build_config(
+        pretrain.parse_args(
+            ["--data-dir", str(data), "--model-name", "next", "--preset", "tiny", "--hparams",
+             hparams(init_checkpoint=source, init_step=2, num_train_steps=4)]
+        )
+    )  # fmt: skip
+    model = loop.build_model(config)
+    assert loop.load_init_checkpoint(model, config) == "native"
+    expected = read_weights(source, "native").weights  # the checkpoint helper's reader
+    for name, variable in model.variable_map().items():
+        np.testing.assert_array_equal(variable.numpy(), expected[name], err_msg=name)
+
+
+def _wait_for_step(model_dir, at_least, proc, timeout=240):
+    """Polls the checkpoint index until its latest step is >= at_least; returns that step."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        state = os.path.join(model_dir, "checkpoint")
+        if os.path.exists(state):
+            match = re.search(r'^model_checkpoint_path: ".*ckpt-(\d+)"', open(state).read(), re.M)
+            if match and int(match.group(1)) >= at_least:
+                return int(match.group(1))
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"no checkpoint at step >= {at_least} after {timeout}s")
+
+
+def _latest_step(model_dir):
+    text = open(os.path.join(model_dir, "checkpoint")).read()
+    return int(re.search(r'^model_checkpoint_path: ".*ckpt-(\d+)"', text, re.M).group(1))
+
+
+def _start(data, model_name, **overrides):
+    return subprocess.Popen(
+        cli_command(data, model_name, **overrides),
+        env=cli_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigint_saves_and_kill_9_resumes_from_the_last_complete_checkpoint(tmp_path):
+    data = write_corpus(tmp_path / "data")
+    model_dir = str(data / "models" / "run")
+    endless = {"num_train_steps": 100000, "keep_checkpoint_max": 3, "save_checkpoints_steps": 1}
+
+    # 1. Ctrl-C: the run saves at the step it reached and exits with 130.
+    proc = _start(data, "run", **endless)
+    _wait_for_step(model_dir, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    stopped = int(re.search(r"Stopped at step (\d+); saved \S*ckpt-(\d+)", out).group(1))
+    assert _latest_step(model_dir) == stopped
+
+    # 2. kill -9 while it saves a checkpoint every step: the index must still name a complete one.
+    proc = _start(data, "run", **endless)
+    _wait_for_step(model_dir, stopped + 3, proc)
+    time.sleep(0.3)
+    proc.kill()
+    proc.communicate()
+    latest = _latest_step(model_dir)
+    for line in open(os.path.join(model_dir, "checkpoint")):
+        if line.startswith("all_model_checkpoint_paths"):
+            prefix = os.path.join(model_dir, line.split('"')[1].split("/")[-1])
+            assert checkpoint_values(prefix)  # every listed checkpoint reads in full
+
+    # 3. Restart: resumes at the last complete checkpoint and finishes.
+    result = run_cli(data, "run", **{**endless, "num_train_steps": latest + 2})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"ckpt-{latest} (step {latest})" in result.stdout
+    assert f"step {latest + 2}/{latest + 2}" in result.stdout
+    assert _latest_step(model_dir) == latest + 2
