@@ -116,8 +116,6 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
         disc = configs.get(hf.DISCRIMINATOR)
         gen = configs.get(hf.GENERATOR)
         if disc is None:
-            # A generator folder alone still describes the shared embeddings; its encoder is
-            # the only one present, so it stands in for the (absent) discriminator's shape.
             raise CheckpointError(
                 f"{path}: a generator folder without a discriminator folder needs --config "
                 "(the discriminator's size is not recorded anywhere in it)"
@@ -159,11 +157,11 @@ def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWei
         config = read_config_file(config_path)
     root, step = _native_root(prefix)
     model = build_pretrainer(config)
-    status = tf.train.Checkpoint(**{root: model}).read(prefix)
     try:
+        status = tf.train.Checkpoint(**{root: model}).read(prefix)
         status.assert_existing_objects_matched()
         status.expect_partial()  # the optimizer, step and data iterator are not weights
-    except AssertionError as e:
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
         raise CheckpointError(f"{prefix}: does not match the pretrainer of its config: {e}") from e
     weights = {name: var.numpy() for name, var in model.variable_map().items()}
     return SourceWeights(weights, "native", prefix, config, step)

@@ -393,3 +393,14 @@ def test_original_export_restores_with_a_tf1_saver(tmp_path):
             assert sess.run(global_step) == 3
     for name, value in values.items():
         np.testing.assert_array_equal(value, source.weights[name])
+
+
+def test_native_checkpoint_with_another_config_is_refused(tmp_path):
+    config = checkpoints.infer_config(original_shapes(layers=1, gen_layers=1))
+    checkpoints.export(_pretrainer(config, seed=0), str(tmp_path / "native"), "native")
+    other = checkpoints.infer_config(original_shapes(layers=1, gen_layers=1, hidden=128))
+    with pytest.raises(CheckpointError, match="does not match the pretrainer of its config"):
+        checkpoints.read_weights(str(tmp_path / "native"), "native", config=other)
+    (tmp_path / "native" / "config.json").unlink()
+    with pytest.raises(CheckpointError, match="needs its config"):
+        checkpoints.read_weights(str(tmp_path / "native"))
