@@ -190,18 +190,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model_dir = os.path.join(args.data_dir, "models", args.model_name)
     output_dir = args.output_dir or os.path.join(model_dir, "serving")
+    kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
+    names = [f"{args.model_name}_{k}" for k in ((args.task,) if args.task else kinds)]
     try:
+        if args.version is not None:
+            # Fail before loading and tracing anything when a target version is taken.
+            for name in names:
+                check_writable(os.path.join(output_dir, name, str(args.version)), args.overwrite)
         if args.task:
             specs = [export_models.task_spec(args, model_dir)]
         else:
-            kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
             specs = export_models.pretrained_specs(args, model_dir, kinds)
-        for spec in specs:
-            # Fail before the (slow) save when the target version is taken.
-            if args.version is not None:
-                check_writable(
-                    os.path.join(output_dir, spec.name, str(args.version)), args.overwrite
-                )
         for spec in specs:
             path = write_export(spec, output_dir, args.version, args.overwrite)
             print(f"exported {spec.kind} -> {path}")

@@ -8,6 +8,7 @@ in user code. `serving_module(...)` wires any supported model to its signatures;
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -47,7 +48,9 @@ class ElectraDiscriminator(keras.Model):
         return {**self.encoder.variable_map("electra"), **self.head.variable_map()}
 
 
+@functools.lru_cache(maxsize=4)
 def _tokenizer(vocab_file: str, do_lower_case: bool, strip_accents: bool) -> Any:
+    # Shared by the models of one export run: tracing the tokenizer is most of an export's time.
     from electra_tf.data.tokenization import GraphTokenizer
 
     return GraphTokenizer(vocab_file, do_lower_case=do_lower_case, strip_accents=strip_accents)
@@ -156,7 +159,22 @@ def pretrained_specs(args: Any, model_dir: str, kinds: tuple[str, ...]) -> list[
     """Loads the latest pre-training checkpoint (any format `checkpoints` reads)."""
     from electra_tf import checkpoints
 
-    source = checkpoints.read_weights(args.checkpoint or model_dir)
+    path = args.checkpoint or model_dir
+    # The resolved config saved beside the checkpoint (or in the model dir) records what the
+    # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
+    config_file = next(
+        (
+            f
+            for f in (
+                os.path.join(path if os.path.isdir(path) else os.path.dirname(path), "config.json"),
+                os.path.join(model_dir, "config.json"),
+            )
+            if os.path.isfile(f)
+        ),
+        None,
+    )
+    given = checkpoints.read_config_file(config_file) if config_file else None
+    source = checkpoints.read_weights(path, config=given)
     config: PretrainingConfig = source.config
     model_config = config.discriminator_config()
     vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), args.vocab_file)

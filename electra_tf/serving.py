@@ -28,6 +28,7 @@ Every kind also returns `input_mask` [B, L] and, except the encoder, `tokens` [B
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -101,15 +102,18 @@ class ServingModule(tf.Module):
         text = tf.TensorSpec([None], tf.string, name="text")
         text_a = tf.TensorSpec([None], tf.string, name="text_a")
         text_b = tf.TensorSpec([None], tf.string, name="text_b")
+        # No autograph: nothing here branches on tensors, and converting the Keras layers'
+        # Python costs more than the rest of the export.
+        function = functools.partial(tf.function, autograph=False)
         if self.pair:
-            serve = tf.function(lambda text_a, text_b: self.serve_text(text_a, text_b))
-            tokenize = tf.function(lambda text_a, text_b: self.tokenize_text(text_a, text_b))
+            serve = function(lambda text_a, text_b: self.serve_text(text_a, text_b))
+            tokenize = function(lambda text_a, text_b: self.tokenize_text(text_a, text_b))
             specs = (text_a, text_b)
         else:
-            serve = tf.function(lambda text: self.serve_text(text))
-            tokenize = tf.function(lambda text: self.tokenize_text(text))
+            serve = function(lambda text: self.serve_text(text))
+            tokenize = function(lambda text: self.tokenize_text(text))
             specs = (text,)
-        encode = tf.function(
+        encode = function(
             lambda input_ids, input_mask, segment_ids: self.outputs(
                 {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
             )

@@ -58,9 +58,9 @@ def _flat_ids(ids: tf.RaggedTensor) -> tf.RaggedTensor:
     return ids
 
 
-def _take_prefix(ids: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
-    keep = tf.ragged.range(ids.row_lengths()) < tf.cast(lengths, tf.int64)[:, None]
-    return tf.ragged.boolean_mask(ids, keep)  # [batch, (kept)]
+def _padded(ids: tf.RaggedTensor) -> tf.Tensor:
+    # One spare zero column, so that gathering from a batch of empty texts is still valid.
+    return tf.pad(ids.to_tensor(0), [[0, 0], [0, 1]])  # [batch, longest + 1]
 
 
 def pack_features(
@@ -78,46 +78,45 @@ def pack_features(
     A row whose text_b has no tokens is featurized as a single text (no second [SEP]), as the
     Python featurizer does for an empty text_b. `single_segment_id` = 1 reproduces the original
     tagging features (segment 1 on every real token).
+
+    Each output position is computed from its index (which part of `[CLS] a [SEP] b [SEP]` it
+    falls in) with dense ops: concatenating ragged pieces traces ten times as many ops.
     """
     ids_a = tf.cast(_flat_ids(ids_a), tf.int32)
     len_a = tf.cast(ids_a.row_lengths(), tf.int32)
-    batch = ids_a.nrows(out_type=tf.int32)
     if ids_b is None:
         ids_b = tf.RaggedTensor.from_row_lengths(
-            tf.zeros([0], tf.int32), tf.zeros([batch], tf.int64)
+            tf.zeros([0], tf.int32), tf.zeros_like(len_a, tf.int64)
         )
     ids_b = tf.cast(_flat_ids(ids_b), tf.int32)
     len_b = tf.cast(ids_b.row_lengths(), tf.int32)
     has_b = tf.cast(len_b > 0, tf.int32)
-    budget = max_seq_length - 2 - has_b
-    keep_a, keep_b = truncated_lengths(len_a, len_b, budget, truncation, max_first_length)
-    ids_a = _take_prefix(ids_a, keep_a)
-    ids_b = _take_prefix(ids_b, keep_b)
-
-    def column(value: int, rows_with_it: tf.Tensor | None = None) -> tf.RaggedTensor:
-        lengths = tf.ones([batch], tf.int32) if rows_with_it is None else rows_with_it
-        return tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(lengths)], value), tf.cast(lengths, tf.int64)
-        )  # [batch, (0 or 1)]
-
-    input_ids = tf.concat(
-        [column(cls_id), ids_a, column(sep_id), ids_b, column(sep_id, has_b)], axis=1
-    )  # [batch, (tokens)]
-    first = tf.ones_like(ids_a) * single_segment_id
-    segments = tf.concat(
-        [
-            column(single_segment_id),
-            first,
-            column(single_segment_id),
-            tf.ones_like(ids_b),
-            column(1, has_b),
-        ],
-        axis=1,
-    )  # [batch, (tokens)]
+    keep_a, keep_b = truncated_lengths(
+        len_a, len_b, max_seq_length - 2 - has_b, truncation, max_first_length
+    )
+    total = 2 + keep_a + keep_b + has_b  # [batch]
+    width = tf.reduce_max(tf.concat([total, [0]], 0))
+    positions = tf.broadcast_to(tf.range(width)[None, :], [tf.shape(total)[0], width])  # [B, T]
+    ka, kb = keep_a[:, None], keep_b[:, None]
+    in_a = (positions >= 1) & (positions <= ka)
+    in_b = (positions >= ka + 2) & (positions < ka + 2 + kb)
+    is_sep = (positions == ka + 1) | ((positions == ka + 2 + kb) & (has_b[:, None] > 0))
+    real = positions < total[:, None]
+    dense_a, dense_b = _padded(ids_a), _padded(ids_b)
+    a_index = tf.clip_by_value(positions - 1, 0, tf.shape(dense_a)[1] - 1)
+    b_index = tf.clip_by_value(positions - ka - 2, 0, tf.shape(dense_b)[1] - 1)
+    from_a = tf.gather(dense_a, a_index, batch_dims=1)  # [B, T]
+    from_b = tf.gather(dense_b, b_index, batch_dims=1)  # [B, T]
+    zeros = tf.zeros_like(positions)
+    input_ids = tf.where(in_a, from_a, tf.where(in_b, from_b, zeros))
+    input_ids = tf.where(is_sep, sep_id, tf.where(positions == 0, cls_id, input_ids))
+    input_ids = tf.where(real, input_ids, 0)
+    second = in_b | (is_sep & (positions > ka + 1))
+    segment_ids = tf.where(second, 1, tf.where(real, single_segment_id, 0))
     return {
-        "input_ids": input_ids.to_tensor(0),  # [batch, longest]
-        "input_mask": tf.ones_like(input_ids).to_tensor(0),
-        "segment_ids": segments.to_tensor(0),
+        "input_ids": input_ids,
+        "input_mask": tf.cast(real, tf.int32),
+        "segment_ids": segment_ids,
     }
 
 
