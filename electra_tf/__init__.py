@@ -2,3 +2,18 @@
 google-research/electra."""
 
 __version__ = "0.1.0"
+
+# The public API (electra_tf/api.py), imported on first use: `import electra_tf` stays cheap.
+from electra_tf.api import PUBLIC as _PUBLIC  # noqa: E402
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    from electra_tf.api import resolve
+
+    return resolve(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -275,3 +275,54 @@ def check_length(max_seq_length: int, model_config: ModelConfig) -> None:
 def dummy_inputs(batch: int = 1, length: int = 2) -> dict[str, tf.Tensor]:
     ones = tf.ones([batch, length], tf.int32)
     return {"input_ids": ones, "input_mask": ones, "segment_ids": tf.zeros_like(ones)}
+
+
+def save_for_serving(
+    model: Any,
+    output_dir: str,
+    vocab_file: str,
+    max_seq_length: int,
+    name: str = "electra",
+    version: int | None = None,
+    overwrite: bool = False,
+    config: Any = None,
+    do_lower_case: bool = True,
+    strip_accents: bool = True,
+    task: Any = None,
+) -> str:
+    """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
+
+    Args:
+        model: an `ElectraDiscriminator`, a `TransformerEncoder`, or a one-task
+            `FinetuningModel` (then `task` is its `Task`).
+        vocab_file: the vocabulary the model was trained with (copied into the assets).
+        max_seq_length: longer inputs are truncated to this many tokens.
+        version: None -> one past the highest existing version.
+        overwrite: replace an existing version.
+        config: the config saved as `assets/config.json` (default: the model's ModelConfig).
+    """
+    from electra_tf.export import write_export
+
+    if isinstance(model, ElectraDiscriminator):
+        kind = "discriminator"
+    elif isinstance(model, TransformerEncoder):
+        kind = "encoder"
+    elif task is not None:
+        kind = "task"
+    else:
+        raise ValueError(
+            f"{type(model).__name__}: expected ElectraDiscriminator, TransformerEncoder or a "
+            "FinetuningModel with its task"
+        )
+    model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
+    check_length(max_seq_length, model_config)
+    module = serving_module(
+        kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task
+    )
+    info = {"max_seq_length": max_seq_length, "model_config": model_config.to_dict()}
+    if task is not None:
+        info["task"] = task.name
+    spec = ExportSpec(
+        module.kind, name, module, config_json(config or model_config), vocab_file, info
+    )
+    return write_export(spec, output_dir, version, overwrite)
