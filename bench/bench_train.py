@@ -225,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for round_index in range(args.rounds):
         for name in names:
-            result = run_child([f"--worker={name}"], args, args.timeout)
-            results[name].append(result)
+            try:
+                result = run_child([f"--worker={name}"], args, args.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                # One failed configuration must not discard the others' measurements.
+                print(f"round {round_index + 1} {name:12s} FAILED: {str(e)[-500:]}", flush=True)
+                continue
+            results[name].append({**result, "round": round_index})
             print(
                 f"round {round_index + 1} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
                 f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB)",
@@ -245,15 +250,23 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"matmul_peak": peak, "flops_per_token": flops, "rows": {}}
     for name in names:
         runs = results[name]
+        if not runs:
+            print(f"| {name} | failed | | | | | |")
+            continue
         tokens = statistics.median(r["tokens_per_s"] for r in runs)
-        if PEER in results and name != PEER:
-            ratios = [
-                r["tokens_per_s"] / p["tokens_per_s"]
-                for r, p in zip(runs, results[PEER], strict=True)
-            ]
+        # Ratios pair each run with the peer of the same round (measured minutes apart).
+        peer_by_round = {p["round"]: p["tokens_per_s"] for p in results.get(PEER, [])}
+        ratios = [
+            r["tokens_per_s"] / peer_by_round[r["round"]]
+            for r in runs
+            if r["round"] in peer_by_round
+        ]
+        if name == PEER:
+            ratio = "1.00x"
+        elif ratios:
             ratio = f"{statistics.median(ratios):.2f}x"
         else:
-            ratio = "1.00x" if name == PEER else "-"
+            ratio = "-"
         precision = runs[0]["precision"]
         gflops = peak["bfloat16_gflops" if "bfloat16" in precision else "float32_gflops"]
         mfu = tokens * flops / (gflops * 1e9)

@@ -32,11 +32,11 @@ def matmul_gflops(dtype: tf.DType, size: int, iters: int) -> float:
     return 2.0 * size**3 * iters / seconds / 1e9
 
 
-def matmul_peak(dtype: tf.DType, repeats: int = 3) -> float:
+def matmul_peak(dtype: tf.DType, repeats: int = 2) -> float:
     """Best GFLOP/s over a few sizes near the ones the train step uses."""
     best = 0.0
     for size in (1024, 2048):
-        iters = 20 if size == 1024 else 4
+        iters = 10 if size == 1024 else 2
         for _ in range(repeats):
             best = max(best, matmul_gflops(dtype, size, iters))
     return best
