@@ -13,7 +13,7 @@ every file; when the marker matches, it returns at once.
 
 from __future__ import annotations
 
-import ast
+import inspect
 import hashlib
 import json
 import os
@@ -39,12 +39,12 @@ def looks_like_english(paragraph: str) -> bool:
     if len(paragraph) < 40 or len(paragraph) > 4000:
         return False
     letters = sum(c.isalpha() or c == " " for c in paragraph)
-    if not paragraph.isascii() or letters < 0.85 * len(paragraph):
+    if not paragraph.isascii() or letters < 0.8 * len(paragraph):
         return False
     words = _WORD.findall(paragraph.lower())
     if len(words) < 8:
         return False
-    if sum(w in _COMMON for w in words) < 0.15 * len(words):
+    if sum(w in _COMMON for w in words) < 0.1 * len(words):
         return False
     return len(_CODE_HINTS.findall(paragraph)) <= len(words) // 40
 
@@ -62,17 +62,21 @@ def _paragraphs(text: str) -> list[str]:
     return out
 
 
+_TRIPLE_QUOTED = re.compile(r'"""(.*?)"""' + "|" + r"'''(.*?)'''", re.DOTALL)
+
+
 def _docstrings(path: str) -> Iterator[str]:
+    # Triple-quoted strings are docstrings almost always; a regular expression reads them
+    # ~20x faster than `ast`, which made the corpus take many minutes on 2 cores.
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError, OSError):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            source = f.read()
+    except OSError:
         return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            doc = ast.get_docstring(node)
-            if doc:
-                yield doc
+    for match in _TRIPLE_QUOTED.finditer(source):
+        text = match.group(1) or match.group(2) or ""
+        if text.strip():
+            yield inspect.cleandoc(text)
 
 
 def source_roots() -> list[str]:
