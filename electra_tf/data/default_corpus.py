@@ -13,8 +13,8 @@ every file; when the marker matches, it returns at once.
 
 from __future__ import annotations
 
-import inspect
 import hashlib
+import inspect
 import json
 import os
 import re
