@@ -6,7 +6,6 @@ tests depend only on the reader; the model is the tiny preset shrunk to one 32-w
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -97,17 +96,6 @@ def cli_env():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def run_cli(data_dir, model_name, timeout=300, **overrides):
-    return subprocess.run(
-        cli_command(data_dir, model_name, **overrides),
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def checkpoint_values(prefix):

@@ -8,13 +8,13 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 from pretrain_harness import (
     ROOT,
     checkpoint_values,
     cli_command,
     cli_env,
     hparams,
-    run_cli,
     write_corpus,
 )
 
@@ -28,10 +28,17 @@ def _main(data_dir, model_name, **overrides):
     return pretrain.main([*argv, "--hparams", hparams(**overrides)])
 
 
-def test_resumed_run_equals_the_uninterrupted_run(tmp_path, capsys):
-    data = write_corpus(tmp_path / "data")
-    models = data / "models"
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """8 uninterrupted steps, a checkpoint every 2."""
+    data = write_corpus(tmp_path_factory.mktemp("resume") / "data")
     assert _main(data, "straight", num_train_steps=8) == 0
+    return data
+
+
+def test_resumed_run_equals_the_uninterrupted_run(straight_run, capsys):
+    data = straight_run
+    models = data / "models"
     # A run that "stopped" at step 4: the straight run's files up to ckpt-4, and nothing later.
     os.makedirs(models / "resumed")
     for name in os.listdir(models / "straight"):
@@ -57,14 +64,13 @@ def test_resumed_run_equals_the_uninterrupted_run(tmp_path, capsys):
     assert any(not np.array_equal(earlier[k], straight[k]) for k in changed)
 
 
-def test_init_checkpoint_loads_weights_and_sets_the_step(tmp_path):
-    data = write_corpus(tmp_path / "data", num_records=8)
-    assert _main(data, "source", num_train_steps=2) == 0
-    source = str(data / "models" / "source")
+def test_init_checkpoint_loads_weights_and_sets_the_step(straight_run):
+    data = straight_run
+    source = str(data / "models" / "straight")
     config = pretrain.build_config(
         pretrain.parse_args(
             ["--data-dir", str(data), "--model-name", "next", "--preset", "tiny", "--hparams",
-             hparams(init_checkpoint=source, init_step=2, num_train_steps=4)]
+             hparams(init_checkpoint=source, init_step=8, num_train_steps=10)]
         )
     )  # fmt: skip
     model = loop.build_model(config)
@@ -105,35 +111,31 @@ def _start(data, model_name, **overrides):
     )
 
 
-def test_sigint_saves_and_kill_9_resumes_from_the_last_complete_checkpoint(tmp_path):
+def test_kill_9_resumes_from_the_last_complete_checkpoint_and_sigint_saves(tmp_path):
     data = write_corpus(tmp_path / "data")
     model_dir = str(data / "models" / "run")
+    # A checkpoint every step, so the kill is likely to land during a save.
     endless = {"num_train_steps": 100000, "keep_checkpoint_max": 3, "save_checkpoints_steps": 1}
 
-    # 1. Ctrl-C: the run saves at the step it reached and exits with 130.
+    # 1. kill -9: the index must still name complete checkpoints only.
     proc = _start(data, "run", **endless)
-    _wait_for_step(model_dir, 2, proc)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
-    stopped = int(re.search(r"Stopped at step (\d+); saved \S*ckpt-(\d+)", out).group(1))
-    assert _latest_step(model_dir) == stopped
-
-    # 2. kill -9 while it saves a checkpoint every step: the index must still name a complete one.
-    proc = _start(data, "run", **endless)
-    _wait_for_step(model_dir, stopped + 3, proc)
+    _wait_for_step(model_dir, 3, proc)
     time.sleep(0.3)
     proc.kill()
     proc.communicate()
-    latest = _latest_step(model_dir)
+    killed_at = _latest_step(model_dir)
     for line in open(os.path.join(model_dir, "checkpoint")):
         if line.startswith("all_model_checkpoint_paths"):
             prefix = os.path.join(model_dir, line.split('"')[1].split("/")[-1])
             assert checkpoint_values(prefix)  # every listed checkpoint reads in full
 
-    # 3. Restart: resumes at the last complete checkpoint and finishes.
-    result = run_cli(data, "run", **{**endless, "num_train_steps": latest + 2})
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert f"ckpt-{latest} (step {latest})" in result.stdout
-    assert f"step {latest + 2}/{latest + 2}" in result.stdout
-    assert _latest_step(model_dir) == latest + 2
+    # 2. The restart resumes there; then Ctrl-C saves at the step reached and exits with 130.
+    proc = _start(data, "run", **endless)
+    _wait_for_step(model_dir, killed_at + 2, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert f"ckpt-{killed_at} (step {killed_at})" in out, out[-2000:]
+    assert proc.returncode == 130, err[-2000:]
+    stopped = re.search(r"Stopped at step (\d+); saved \S*ckpt-(\d+)", out)
+    assert stopped and stopped.group(1) == stopped.group(2), out[-2000:]
+    assert _latest_step(model_dir) == int(stopped.group(1)) >= killed_at + 2
