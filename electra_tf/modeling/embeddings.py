@@ -38,8 +38,9 @@ class Embeddings(keras.layers.Layer):
         kwargs.setdefault("name", "embeddings")
         super().__init__(**kwargs)
         self.config = config
-        self.layer_norm = layer_norm()
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        # Sublayers follow this layer's dtype policy (tf_keras does not propagate it).
+        self.layer_norm = layer_norm(dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         if self.built:

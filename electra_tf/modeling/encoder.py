@@ -57,10 +57,11 @@ class TransformerEncoder(keras.layers.Layer):
         if config.embedding_width != config.hidden_size:
             # tf.layers.dense's defaults in the original: Glorot-uniform kernel, no activation.
             self.embeddings_project = keras.layers.Dense(
-                config.hidden_size, name="embeddings_project"
+                config.hidden_size, name="embeddings_project", dtype=self.dtype_policy
             )
         self.transformer_layers = [
-            TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_hidden_layers)
+            TransformerLayer(config, name=f"layer_{i}", dtype=self.dtype_policy)
+            for i in range(config.num_hidden_layers)
         ]
         self.build()
 

@@ -47,8 +47,9 @@ class GeneratorHead(keras.layers.Layer):
             activation=config.hidden_act,
             kernel_initializer=truncated_normal(config),
             name="dense",
+            dtype=self.dtype_policy,
         )
-        self.layer_norm = layer_norm()
+        self.layer_norm = layer_norm(dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None):
@@ -104,8 +105,9 @@ class DiscriminatorHead(keras.layers.Layer):
             activation=config.hidden_act,
             kernel_initializer=truncated_normal(config),
             name="dense",
+            dtype=self.dtype_policy,
         )
-        self.dense_1 = keras.layers.Dense(1, name="dense_1")
+        self.dense_1 = keras.layers.Dense(1, name="dense_1", dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None):

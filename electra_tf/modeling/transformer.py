@@ -51,20 +51,28 @@ class TransformerLayer(keras.layers.Layer):
 
         def dense(units, name, activation=None):
             return keras.layers.Dense(
-                units, activation=activation, kernel_initializer=truncated_normal(config), name=name
+                units,
+                activation=activation,
+                kernel_initializer=truncated_normal(config),
+                name=name,
+                dtype=self.dtype_policy,
             )
 
         self.query = dense(hidden, "query")
         self.key = dense(hidden, "key")
         self.value = dense(hidden, "value")
         self.attention_output = dense(hidden, "attention_output")
-        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.attention_layer_norm = layer_norm("attention_layer_norm", self.dtype_policy)
         # hidden_act is "gelu" for every ELECTRA model: tf_keras's gelu is the exact erf form.
         self.intermediate = dense(config.intermediate_size, "intermediate", config.hidden_act)
         self.output_dense = dense(hidden, "output_dense")
-        self.output_layer_norm = layer_norm("output_layer_norm")
-        self.attention_dropout = keras.layers.Dropout(config.attention_probs_dropout_prob)
-        self.hidden_dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+        self.output_layer_norm = layer_norm("output_layer_norm", self.dtype_policy)
+        self.attention_dropout = keras.layers.Dropout(
+            config.attention_probs_dropout_prob, dtype=self.dtype_policy
+        )
+        self.hidden_dropout = keras.layers.Dropout(
+            config.hidden_dropout_prob, dtype=self.dtype_policy
+        )
 
     def build(self, input_shape=None):
         if self.built:

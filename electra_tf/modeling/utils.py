@@ -7,6 +7,12 @@ import tf_keras as keras
 
 from electra_tf.config import ModelConfig
 
+# The model has no tensor-dependent Python control flow (every `if`/`for` is on config values),
+# so AutoGraph's source rewriting would only cost tracing time. Decorating a train step is
+# enough: layers called inside it inherit the disabled status. (Not for `call` itself: the
+# wrapper's *args/**kwargs signature would make Keras pass `training`/`mask` to every layer.)
+no_autograph = tf.autograph.experimental.do_not_convert
+
 # TF1's `tf.contrib.layers.layer_norm` epsilon; every LayerNorm in the model uses it.
 LAYER_NORM_EPSILON = 1e-12
 
@@ -16,8 +22,10 @@ def truncated_normal(config: ModelConfig) -> keras.initializers.Initializer:
     return keras.initializers.TruncatedNormal(stddev=config.initializer_range)
 
 
-def layer_norm(name: str = "LayerNorm") -> keras.layers.LayerNormalization:
-    return keras.layers.LayerNormalization(axis=-1, epsilon=LAYER_NORM_EPSILON, name=name)
+def layer_norm(name: str = "LayerNorm", dtype=None) -> keras.layers.LayerNormalization:
+    return keras.layers.LayerNormalization(
+        axis=-1, epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype
+    )
 
 
 def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:

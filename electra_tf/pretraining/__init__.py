@@ -1,9 +1,13 @@
 """The ELECTRA pre-training objective: in-graph masking, sampling and the pretrainer Model."""
 
+from electra_tf.pretraining.losses import electra_loss
 from electra_tf.pretraining.masking import candidates_mask, mask_inputs
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
 
 __all__ = [
+    "ElectraPretrainer",
+    "electra_loss",
     "candidates_mask",
     "gather_positions",
     "gumbel_sample",

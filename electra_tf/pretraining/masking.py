@@ -69,6 +69,9 @@ def mask_inputs(
             f"max_predictions {max_predictions} > sequence length {seq_len}: cannot draw "
             "positions without replacement"
         )
+    # int32 seeds: XLA has no StatelessMultinomial kernel for int64 seeds (what
+    # tf.random.Generator.make_seeds returns); wrapping keeps the low 32 random bits.
+    seed = tf.cast(seed, tf.int32)
     position_seed, mask_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     candidates = candidates_mask(input_ids, input_mask, cls_id, sep_id, mask_id)
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]

@@ -1,0 +1,75 @@
+"""The ELECTRA losses as batch-level weighted means (ORIGINAL.md 3.2-3.4), in float32.
+
+Each mean's denominator is summed over replicas inside the replica context, so that with N
+replicas every replica's loss is (its numerator) / (global denominator), and the SUM of
+replica gradients that the optimizer applies equals the single-device gradient of the global
+batch: the original's math, whatever the number of replicas.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# The original adds this to every denominator (an all-padding batch gives 0, not NaN).
+DENOMINATOR_EPSILON = 1e-6
+
+
+def replica_sum(value: tf.Tensor) -> tf.Tensor:
+    """Sum over replicas in a replica context with several replicas; identity otherwise."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    """sum(w * v) / (sum(w) + 1e-6), the denominator over the global batch."""
+    weights = tf.cast(weights, tf.float32)
+    numerator = tf.reduce_sum(weights * values)
+    return numerator / (replica_sum(tf.reduce_sum(weights)) + DENOMINATOR_EPSILON)
+
+
+def masked_lm_losses(logits: tf.Tensor, target_ids: tf.Tensor) -> tf.Tensor:
+    """-log p(target) per slot: float32 [batch, num_masked] from logits [batch, num_masked, V]."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(target_ids, tf.int32), logits=tf.cast(logits, tf.float32)
+    )
+
+
+def replaced_token_losses(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """Sigmoid cross-entropy per token: float32 [batch, seq_len]."""
+    return tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.float32), logits=tf.cast(logits, tf.float32)
+    )
+
+
+def electra_loss(
+    mlm_logits: tf.Tensor,
+    masked_lm_ids: tf.Tensor,
+    masked_lm_weights: tf.Tensor,
+    disc_logits: tf.Tensor | None,
+    disc_labels: tf.Tensor | None,
+    input_mask: tf.Tensor | None,
+    gen_weight: float = 1.0,
+    disc_weight: float = 50.0,
+) -> dict[str, tf.Tensor]:
+    """total = gen_weight * masked-LM loss + disc_weight * replaced-token-detection loss.
+
+    Without discriminator inputs (the BERT baseline) the total is the weighted MLM loss only.
+
+    Returns:
+        dict of scalar `loss`, `masked_lm_loss`, `disc_loss` (0 without a discriminator) and
+        per-element `masked_lm_losses` [batch, num_masked], `disc_losses` [batch, seq_len].
+    """
+    mlm_losses = masked_lm_losses(mlm_logits, masked_lm_ids)
+    mlm_loss = weighted_mean(mlm_losses, masked_lm_weights)
+    out = {"masked_lm_losses": mlm_losses, "masked_lm_loss": mlm_loss}
+    total = gen_weight * mlm_loss
+    disc_loss = tf.constant(0.0)
+    if disc_logits is not None:
+        out["disc_losses"] = replaced_token_losses(disc_logits, disc_labels)
+        disc_loss = weighted_mean(out["disc_losses"], input_mask)
+        total += disc_weight * disc_loss
+    out["disc_loss"] = disc_loss
+    out["loss"] = total
+    return out

@@ -1,0 +1,242 @@
+"""ElectraPretrainer: generator + discriminator trained jointly (the original's
+`run_pretraining.PretrainingModel`) as one tf_keras Model with a custom train step."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.modeling import DiscriminatorHead, GeneratorHead, TransformerEncoder
+from electra_tf.modeling.utils import no_autograph
+from electra_tf.pretraining.losses import electra_loss
+from electra_tf.pretraining.masking import CLS_ID, MASK_ID, SEP_ID, mask_inputs
+from electra_tf.pretraining.metrics import PretrainingMetrics
+from electra_tf.pretraining.sampling import gumbel_sample, scatter_update
+
+
+class ElectraPretrainer(keras.Model):
+    """ELECTRA pre-training: mask -> generator (MLM) -> sample -> discriminator (RTD).
+
+    Networks, as the original for each setting of the config:
+    - default: a small generator (`config.generator_config()`, scope `generator`) that shares
+      the discriminator's whole embedding block, with its own `embeddings_project`;
+    - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
+    - `untied_generator=False`: generator and discriminator are the same network;
+    - `uniform_generator`: no generator network; logits are zeros (uniform samples);
+    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator.
+
+    Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
+    `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
+    model, so a resumed run continues the same stream. Dropout uses Keras's own RNG.
+
+    Args:
+        config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
+            the dtype policy of every layer.
+        cls_id, sep_id, mask_id: the vocabulary's [CLS], [SEP] and [MASK] ids.
+
+    Call args:
+        inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
+        training: enables dropout.
+
+    Returns:
+        dict: scalar `loss`, `masked_lm_loss`, `disc_loss`; `masked_input_ids`,
+        `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `mlm_logits`
+        [batch, N, vocab], `masked_lm_losses` [batch, N]; and with the ELECTRA objective
+        `sampled_ids` [batch, N], `fake_input_ids`, `disc_labels`, `disc_logits`, `disc_losses`
+        [batch, seq_len].
+    """
+
+    def __init__(
+        self,
+        config: PretrainingConfig,
+        cls_id: int = CLS_ID,
+        sep_id: int = SEP_ID,
+        mask_id: int = MASK_ID,
+        **kwargs,
+    ):
+        kwargs.setdefault("name", "electra_pretrainer")
+        kwargs.setdefault("dtype", config.precision)
+        super().__init__(**kwargs)
+        if config.max_predictions_per_seq is None:
+            config = config.resolve()
+        self.config = config
+        self.special_ids = {"cls_id": cls_id, "sep_id": sep_id, "mask_id": mask_id}
+        for key, value in self.special_ids.items():
+            if not 0 <= value < config.vocab_size:
+                raise ValueError(
+                    f"{key} {value} is outside the vocabulary (vocab_size "
+                    f"{config.vocab_size}): pass the vocabulary's special ids"
+                )
+        policy = self.dtype_policy
+        disc_config = config.discriminator_config()
+        self.discriminator = TransformerEncoder(disc_config, name="discriminator", dtype=policy)
+        self.separate_generator = (
+            config.electra_objective and config.untied_generator and not config.uniform_generator
+        )
+        if config.uniform_generator:
+            self.generator = None
+        elif self.separate_generator:
+            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
+            self.generator = TransformerEncoder(
+                config.generator_config(), embeddings=shared, name="generator", dtype=policy
+            )
+        else:
+            # The original builds this "generator" in the discriminator's scope: same weights.
+            self.generator = self.discriminator
+        self.generator_head = None
+        if self.generator is not None:
+            self.generator_head = GeneratorHead(
+                self.generator.config, self.generator.embeddings, dtype=policy
+            )
+        self.discriminator_head = None
+        if config.electra_objective:
+            self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
+        self.rng = tf.random.Generator.from_seed(config.seed)
+        self._trackers = PretrainingMetrics(config.electra_objective)
+
+    def build_variables(self) -> ElectraPretrainer:
+        """Every variable already exists after construction; kept for callers that ask."""
+        return self
+
+    # ------------------------------------------------------------------ forward pass
+    def call(self, inputs, training=False):
+        config = self.config
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        input_mask = tf.cast(inputs["input_mask"], tf.int32)
+        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
+        seeds = self.rng.make_seeds(2)  # [2, 2]: one stateless seed per random step
+        masked = mask_inputs(
+            input_ids,
+            input_mask,
+            config.max_predictions_per_seq,
+            config.mask_prob,
+            seeds[:, 0],
+            with_replacement=config.mask_positions_with_replacement,
+            **self.special_ids,
+        )
+        positions = masked["masked_lm_positions"]
+        if self.generator is None:
+            batch = tf.shape(input_ids)[0]
+            # [batch, N, vocab] of zeros: a uniform generator.
+            mlm_logits = tf.zeros([batch, config.max_predictions_per_seq, config.vocab_size])
+        else:
+            generator_inputs = {
+                "input_ids": masked["masked_input_ids"],
+                "input_mask": input_mask,
+                "segment_ids": segment_ids,
+            }
+            hidden = self.generator(generator_inputs, training=training)["sequence_output"]
+            mlm_logits = self.generator_head(hidden, positions)
+        mlm_logits = tf.cast(mlm_logits, tf.float32)
+        outputs = {**masked, "mlm_logits": mlm_logits}
+
+        disc_logits = disc_labels = None
+        if config.electra_objective:
+            # Sampling is outside the gradient path: the generator learns by MLM only.
+            sampled = gumbel_sample(
+                mlm_logits,
+                seeds[:, 1],
+                temperature=config.temperature,
+                disallow_ids=masked["masked_lm_ids"] if config.disallow_correct else None,
+            )
+            # All slots get a sample, the 15% left visible too; duplicate positions get the
+            # floor-average of their samples, as the original.
+            fake_ids, updated = scatter_update(input_ids, sampled, positions)
+            disc_labels = updated * tf.cast(tf.not_equal(fake_ids, input_ids), tf.int32)
+            disc_inputs = {
+                "input_ids": fake_ids,
+                "input_mask": input_mask,
+                "segment_ids": segment_ids,
+            }
+            hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
+            disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
+            outputs.update(
+                sampled_ids=sampled,
+                fake_input_ids=fake_ids,
+                disc_labels=disc_labels,
+                disc_logits=disc_logits,
+            )
+        outputs.update(
+            electra_loss(
+                mlm_logits,
+                masked["masked_lm_ids"],
+                masked["masked_lm_weights"],
+                disc_logits,
+                disc_labels,
+                input_mask,
+                gen_weight=config.gen_weight,
+                disc_weight=config.disc_weight,
+            )
+        )
+        return outputs
+
+    # ------------------------------------------------------------------ training
+    @property
+    def metrics(self):
+        return self._trackers.metrics(with_learning_rate=self._learning_rate_schedule() is not None)
+
+    def _learning_rate_schedule(self):
+        optimizer = getattr(self, "optimizer", None)
+        optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+        schedule = getattr(optimizer, "_learning_rate", None)
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule
+        return None
+
+    @no_autograph
+    def train_step(self, data):
+        inputs = data[0] if isinstance(data, tuple) else data
+        optimizer = self.optimizer
+        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+        schedule = self._learning_rate_schedule()
+        if schedule is not None:
+            # The rate this step uses (before apply_gradients advances `iterations`).
+            self._trackers.update_learning_rate(schedule(optimizer.iterations))
+        with tf.GradientTape() as tape:
+            outputs = self(inputs, training=True)
+            loss = outputs["loss"]
+            if scaling:
+                loss = optimizer.get_scaled_loss(loss)
+        variables = self.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        if scaling:
+            gradients = optimizer.get_unscaled_gradients(gradients)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        return self._update_metrics(outputs, inputs)
+
+    @no_autograph
+    def test_step(self, data):
+        inputs = data[0] if isinstance(data, tuple) else data
+        logs = self._update_metrics(self(inputs, training=False), inputs)
+        logs.pop("learning_rate", None)  # evaluation does not step the schedule
+        return logs
+
+    def _update_metrics(self, outputs, inputs):
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        self._trackers.update(outputs, inputs["input_mask"], replicas)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    # ------------------------------------------------------------------ names
+    def variable_map(self) -> dict[str, tf.Variable]:
+        """Every trainable variable once, under its original TF1 checkpoint name."""
+        names = self.discriminator.variable_map("electra")
+        if self.separate_generator:
+            names.update(
+                self.generator.variable_map(
+                    "generator", include_embeddings=self.config.untied_generator_embeddings
+                )
+            )
+        if self.generator_head is not None:
+            names.update(self.generator_head.variable_map())
+        if self.discriminator_head is not None:
+            names.update(self.discriminator_head.variable_map())
+        return names
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), **self.special_ids, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(PretrainingConfig(**config.pop("config")), **config)

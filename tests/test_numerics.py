@@ -1,0 +1,104 @@
+"""The whole ELECTRA forward pass and loss against the NumPy re-derivation (reference_numpy)."""
+
+import numpy as np
+import pytest
+import reference_numpy as ref
+from pretrainer_fixtures import SPECIAL_IDS, tiny_batch, tiny_config
+
+from electra_tf.pretraining.losses import electra_loss
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+
+def test_total_loss_on_a_hand_built_batch():
+    # Uniform generator over 4 tokens: every slot costs log 4; zero discriminator logits cost
+    # log 2 per real token; weights/padding must be respected by both means.
+    out = electra_loss(
+        mlm_logits=np.zeros([2, 3, 4], np.float32),
+        masked_lm_ids=np.array([[1, 2, 0], [3, 0, 0]]),
+        masked_lm_weights=np.array([[1, 1, 0], [1, 0, 0]], np.float32),
+        disc_logits=np.zeros([2, 5], np.float32),
+        disc_labels=np.array([[0, 1, 0, 1, 0], [0, 0, 1, 0, 0]]),
+        input_mask=np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]),
+        gen_weight=2.0,
+        disc_weight=50.0,
+    )
+    np.testing.assert_allclose(out["masked_lm_loss"], np.log(4.0) * 3 / (3 + 1e-6), rtol=1e-6)
+    np.testing.assert_allclose(out["disc_loss"], np.log(2.0) * 8 / (8 + 1e-6), rtol=1e-6)
+    np.testing.assert_allclose(
+        out["loss"], 2.0 * out["masked_lm_loss"] + 50.0 * out["disc_loss"], rtol=1e-6
+    )
+    # A confident, correct discriminator at real tokens; padding logits do not count.
+    logits = np.array([[-20.0, 20.0, -20.0, 20.0, -20.0], [-20.0, -20.0, 20.0, 99.0, 99.0]])
+    out = electra_loss(
+        np.zeros([2, 3, 4], np.float32),
+        np.zeros([2, 3], np.int32),
+        np.ones([2, 3], np.float32),
+        logits.astype(np.float32),
+        np.array([[0, 1, 0, 1, 0], [0, 0, 1, 0, 0]]),
+        np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]),
+    )
+    assert float(out["disc_loss"]) < 1e-8
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"untied_generator_embeddings": True}, {"disallow_correct": True, "temperature": 0.7}],
+    ids=["shared-embeddings", "untied-embeddings", "disallow-correct"],
+)
+def test_pretrainer_matches_numpy(overrides):
+    config = tiny_config(**overrides)
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    batch = tiny_batch()
+    out = {k: v.numpy() for k, v in model(batch, training=False).items()}
+    w = {name: v.numpy().astype(np.float64) for name, v in model.variable_map().items()}
+    embeddings_scope = "generator" if config.untied_generator_embeddings else "electra"
+
+    # Generator on the masked inputs, logits at the masked slots.
+    gen_seq = ref.encoder(
+        w,
+        out["masked_input_ids"],
+        batch["input_mask"],
+        batch["segment_ids"],
+        num_heads=config.generator_config().num_attention_heads,
+        scope="generator",
+        embeddings_scope=embeddings_scope,
+    )
+    positions = out["masked_lm_positions"]
+    mlm_logits = ref.generator_logits(w, gen_seq, positions, embeddings_scope)
+    np.testing.assert_allclose(out["mlm_logits"], mlm_logits, atol=1e-5, rtol=1e-5)
+    mlm_loss = ref.mlm_loss(mlm_logits, out["masked_lm_ids"], out["masked_lm_weights"])
+
+    # The same sampled ids, scattered with the original's semantics, labelled, discriminated.
+    fake, updated = ref.scatter_update(batch["input_ids"], out["sampled_ids"], positions)
+    np.testing.assert_array_equal(out["fake_input_ids"], fake)
+    labels = updated * (fake != batch["input_ids"])
+    np.testing.assert_array_equal(out["disc_labels"], labels)
+    disc_seq = ref.encoder(
+        w, fake, batch["input_mask"], batch["segment_ids"], num_heads=2, scope="electra"
+    )
+    disc_logits = ref.discriminator_logits(w, disc_seq)
+    np.testing.assert_allclose(out["disc_logits"], disc_logits, atol=1e-5, rtol=1e-5)
+    disc_loss = ref.disc_loss(disc_logits, labels, batch["input_mask"])
+
+    total = config.gen_weight * mlm_loss + config.disc_weight * disc_loss
+    np.testing.assert_allclose(out["masked_lm_loss"], mlm_loss, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(out["disc_loss"], disc_loss, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(out["loss"], total, atol=1e-5, rtol=1e-5)
+    if config.disallow_correct:
+        active = out["masked_lm_weights"] == 1
+        assert not np.any(out["sampled_ids"][active] == out["masked_lm_ids"][active])
+
+
+def test_bert_baseline_matches_numpy():
+    config = tiny_config(electra_objective=False)
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    batch = tiny_batch()
+    out = {k: v.numpy() for k, v in model(batch, training=False).items()}
+    assert "disc_logits" not in out
+    w = {name: v.numpy().astype(np.float64) for name, v in model.variable_map().items()}
+    seq = ref.encoder(
+        w, out["masked_input_ids"], batch["input_mask"], batch["segment_ids"], num_heads=2
+    )
+    logits = ref.generator_logits(w, seq, out["masked_lm_positions"])
+    loss = ref.mlm_loss(logits, out["masked_lm_ids"], out["masked_lm_weights"])
+    np.testing.assert_allclose(out["loss"], config.gen_weight * loss, atol=1e-5, rtol=1e-5)

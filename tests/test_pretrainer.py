@@ -1,0 +1,232 @@
+"""ElectraPretrainer: variants, variable_map, labels, gradients, fit, save/load, precision, XLA."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+from pretrainer_fixtures import CLS, SEP, SPECIAL_IDS, tiny_batch, tiny_config
+
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+EXPECTED_METRICS = {
+    "loss",
+    "masked_lm_loss",
+    "masked_lm_accuracy",
+    "sampled_masked_lm_accuracy",
+    "disc_loss",
+    "disc_auc",
+    "disc_accuracy",
+    "disc_precision",
+    "disc_recall",
+}
+
+
+def scopes(names):
+    return {
+        name.split("/")[0] + ("/embeddings" if "/embeddings/" in name else "") for name in names
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides,expected_scopes",
+    [
+        (
+            {},
+            {
+                "electra",
+                "electra/embeddings",
+                "generator",
+                "generator_predictions",
+                "discriminator_predictions",
+            },
+        ),
+        (
+            {"untied_generator_embeddings": True},
+            {
+                "electra",
+                "electra/embeddings",
+                "generator",
+                "generator/embeddings",
+                "generator_predictions",
+                "discriminator_predictions",
+            },
+        ),
+        (
+            {"untied_generator": False},
+            {"electra", "electra/embeddings", "generator_predictions", "discriminator_predictions"},
+        ),
+        ({"electra_objective": False}, {"electra", "electra/embeddings", "generator_predictions"}),
+        (
+            {"uniform_generator": True},
+            {"electra", "electra/embeddings", "discriminator_predictions"},
+        ),
+    ],
+)
+def test_variable_map_covers_every_trainable_variable_once(overrides, expected_scopes):
+    model = ElectraPretrainer(tiny_config(**overrides), **SPECIAL_IDS)
+    names = model.variable_map()
+    assert scopes(names) == expected_scopes
+    ids = [id(v) for v in names.values()]
+    assert len(set(ids)) == len(ids)
+    assert set(ids) == {id(v) for v in model.trainable_variables}
+
+
+def test_default_generator_shapes():
+    model = ElectraPretrainer(tiny_config(), **SPECIAL_IDS)
+    shapes = {k: v.shape.as_list() for k, v in model.variable_map().items()}
+    # The generator is 16 wide like the embeddings: no projection (as the original, E == Hg).
+    assert not any(name.startswith("generator/embeddings_project") for name in shapes)
+    assert shapes["generator/encoder/layer_1/intermediate/dense/kernel"] == [16, 64]
+    assert shapes["generator_predictions/dense/kernel"] == [16, 16]
+    assert shapes["generator_predictions/output_bias"] == [60]
+    assert shapes["electra/embeddings_project/kernel"] == [16, 32]
+    assert shapes["discriminator_predictions/dense/kernel"] == [32, 32]
+    assert shapes["discriminator_predictions/dense_1/kernel"] == [32, 1]
+    assert model.generator.embeddings is model.discriminator.embeddings
+
+
+def test_outputs_are_consistent():
+    model = ElectraPretrainer(tiny_config(), **SPECIAL_IDS)
+    batch = tiny_batch()
+    out = {k: v.numpy() for k, v in model(batch).items()}
+    assert out["mlm_logits"].shape == (4, 4, 60) and out["disc_logits"].shape == (4, 16)
+    rows = np.arange(4)[:, None]
+    active = out["masked_lm_weights"] == 1
+    np.testing.assert_array_equal(
+        out["masked_lm_ids"][active], batch["input_ids"][rows, out["masked_lm_positions"]][active]
+    )
+    assert not np.isin(out["masked_lm_ids"][active], [CLS, SEP, 0]).any()
+    changed = out["fake_input_ids"] != batch["input_ids"]
+    np.testing.assert_array_equal(out["disc_labels"], changed.astype(np.int32))
+    np.testing.assert_allclose(
+        out["loss"], out["masked_lm_loss"] + 50.0 * out["disc_loss"], rtol=1e-6
+    )
+
+
+def _confident_generator(model, token):
+    """Makes the generator predict `token` everywhere with near certainty."""
+    bias = np.zeros([60], np.float32)
+    bias[token] = 100.0
+    model.generator_head.output_bias.assign(bias)
+
+
+@pytest.mark.parametrize("disallow_correct", [False, True])
+def test_labels_are_zero_where_the_sample_equals_the_original(disallow_correct):
+    model = ElectraPretrainer(tiny_config(disallow_correct=disallow_correct), **SPECIAL_IDS)
+    _confident_generator(model, token=7)
+    batch = tiny_batch()
+    words = ~np.isin(batch["input_ids"], [0, CLS, SEP])
+    batch["input_ids"] = np.where(words, 7, batch["input_ids"])
+    out = {k: v.numpy() for k, v in model(batch).items()}
+    active = out["masked_lm_weights"] == 1
+    if disallow_correct:
+        # The original token is never sampled, so every masked position is a replacement.
+        assert not (out["sampled_ids"][active] == 7).any()
+        rows = np.arange(4)[:, None].repeat(4, 1)
+        assert (out["disc_labels"][rows[active], out["masked_lm_positions"][active]] == 1).all()
+    else:
+        np.testing.assert_array_equal(out["sampled_ids"][active], 7)
+        np.testing.assert_array_equal(out["disc_labels"], 0)
+        np.testing.assert_array_equal(out["fake_input_ids"], batch["input_ids"])
+
+
+def test_shared_embeddings_get_gradients_from_both_losses():
+    model = ElectraPretrainer(tiny_config(), **SPECIAL_IDS)
+    table = model.discriminator.embeddings.word_embeddings
+    with tf.GradientTape(persistent=True) as tape:
+        out = model(tiny_batch())
+    for loss in ("masked_lm_loss", "disc_loss"):
+        grad = tf.convert_to_tensor(tape.gradient(out[loss], table))
+        assert float(tf.norm(grad)) > 0, loss
+    # Sampling is outside the gradient path: the disc loss does not reach the generator body.
+    generator_kernel = model.variable_map()["generator/encoder/layer_0/output/dense/kernel"]
+    assert tape.gradient(out["disc_loss"], generator_kernel) is None
+
+
+def test_seeded_randomness():
+    batch = tiny_batch()
+    a = ElectraPretrainer(tiny_config(seed=3), **SPECIAL_IDS)
+    b = ElectraPretrainer(tiny_config(seed=3), **SPECIAL_IDS)
+    c = ElectraPretrainer(tiny_config(seed=4), **SPECIAL_IDS)
+    pa, pb, pc = (m(batch)["masked_lm_positions"].numpy() for m in (a, b, c))
+    np.testing.assert_array_equal(pa, pb)
+    assert not np.array_equal(pa, pc)
+    # The stream advances: the next batch is masked differently.
+    assert not np.array_equal(pa, a(batch)["masked_lm_positions"].numpy())
+
+
+def one_layer_config(**overrides):
+    """Where tracing/XLA compilation dominates a test's time, one layer per tower."""
+    return tiny_config(
+        model_hparam_overrides={
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 16,
+        },
+        **overrides,
+    )
+
+
+def test_compile_and_fit_from_user_code():
+    model = ElectraPretrainer(one_layer_config(), **SPECIAL_IDS)
+    dataset = tf.data.Dataset.from_tensor_slices(tiny_batch(batch=8)).repeat().batch(4)
+    schedule = keras.optimizers.schedules.PolynomialDecay(1e-3, 10, end_learning_rate=0.0)
+    model.compile(optimizer=keras.optimizers.Adam(schedule))
+    before = model.variable_map()["discriminator_predictions/dense/kernel"].numpy()
+    history = model.fit(dataset, steps_per_epoch=2, epochs=2, verbose=0).history
+    assert set(history) == EXPECTED_METRICS | {"learning_rate"}
+    assert all(np.isfinite(v).all() for v in history.values())
+    # The rate each epoch's last step used: steps 1 and 3 of a linear decay over 10.
+    np.testing.assert_allclose(history["learning_rate"], [9e-4, 7e-4], rtol=1e-5)
+    assert int(model.optimizer.iterations) == 4
+    after = model.variable_map()["discriminator_predictions/dense/kernel"].numpy()
+    assert not np.allclose(before, after)
+    # test_step eagerly (a traced evaluate() would double this test's time): no update.
+    logs = model.test_step(tiny_batch())
+    assert EXPECTED_METRICS <= set(logs) and int(model.optimizer.iterations) == 4
+
+
+def test_checkpoint_restores_weights_and_random_stream(tmp_path):
+    batch = tiny_batch()
+    model = ElectraPretrainer(tiny_config(), **SPECIAL_IDS)
+    model(batch)  # advance the random stream before saving
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    expected = {k: v.numpy() for k, v in model(batch).items()}
+    restored = ElectraPretrainer(tiny_config(seed=99), **SPECIAL_IDS)
+    tf.train.Checkpoint(model=restored).read(path).assert_existing_objects_matched()
+    got = {k: v.numpy() for k, v in restored(batch).items()}
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_train_step(precision):
+    model = ElectraPretrainer(tiny_config(precision=precision), **SPECIAL_IDS)
+    assert model.discriminator.transformer_layers[0].query.compute_dtype != "float32"
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    scaled = isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
+    assert scaled == (precision == "mixed_float16")
+    logs = model.train_step(tiny_batch())
+    assert np.isfinite(float(logs["loss"]))
+    assert model.variable_map()["electra/embeddings/word_embeddings"].dtype == tf.float32
+    assert int(model.optimizer.iterations) == 1
+
+
+def test_train_step_compiles_with_xla():
+    model = ElectraPretrainer(one_layer_config(), **SPECIAL_IDS)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    step = tf.function(model.train_step, jit_compile=True)
+    batch = {k: tf.constant(v) for k, v in tiny_batch().items()}
+    first = float(step(batch)["loss"])
+    for metric in model.metrics:
+        metric.reset_state()
+    second = float(step(batch)["loss"])
+    assert np.isfinite(first) and np.isfinite(second) and first != second
+    assert int(model.optimizer.iterations) == 2
+
+
+def test_bad_special_ids_are_a_clear_error():
+    with pytest.raises(ValueError, match="mask_id 103"):
+        ElectraPretrainer(tiny_config(), cls_id=1, sep_id=2, mask_id=103)
