@@ -64,12 +64,14 @@ def serving_module(
     do_lower_case: bool = True,
     strip_accents: bool = True,
     task: Any = None,
+    all_tasks: list[Any] | None = None,
 ) -> ServingModule:
     """The `ServingModule` for `model`.
 
     Args:
         kind: "discriminator" (an `ElectraDiscriminator`), "encoder" (a `TransformerEncoder`)
-            or "task" (a one-task `FinetuningModel`, with `task` its `Task`).
+            or "task" (a `FinetuningModel`; `task` the exported one of its `all_tasks`,
+            default `[task]`).
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
     """
@@ -86,21 +88,23 @@ def serving_module(
         return ServingModule(lambda f: model(f, training=False), model, featurizer, tokens, kind)
     if kind != "task":
         raise ValueError(f"kind {kind!r} is not discriminator, encoder or task")
-    return _task_module(model, task, tokenizer, vocab, tokens, max_seq_length)
+    tasks = all_tasks or [task]
+    return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length)
 
 
-def _task_features(task: Any, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """Adds `task_id` and zero labels: the heads compute a loss even at inference."""
+def _task_features(tasks: list[Any], features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Adds `task_id` and zero labels for every task of the model: each head computes its loss
+    even at inference."""
     batch, length = tf.shape(features["input_ids"])[0], tf.shape(features["input_ids"])[1]
     out = dict(features, task_id=tf.zeros([batch], tf.int32))
-    for spec in task.feature_specs():
+    for spec in [spec for task in tasks for spec in task.feature_specs()]:
         dtype = tf.int32 if spec.is_int else tf.float32
         shape = [batch] if not spec.shape else [batch, length]
         out[spec.name] = tf.zeros(shape, dtype)
     return out
 
 
-def _task_module(model, task, tokenizer, vocab, tokens, max_seq_length) -> ServingModule:
+def _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length) -> ServingModule:
     from electra_tf.finetuning.glue import ClassificationTask, RegressionTask
     from electra_tf.finetuning.qa import QATask
     from electra_tf.finetuning.tagging import TaggingTask
@@ -108,7 +112,7 @@ def _task_module(model, task, tokenizer, vocab, tokens, max_seq_length) -> Servi
     name = task.name
 
     def head_outputs(features):
-        _, outputs = model(_task_features(task, features), training=False)
+        _, outputs = model(_task_features(tasks, features), training=False)
         return outputs[name]
 
     if isinstance(task, ClassificationTask | RegressionTask):
@@ -144,7 +148,7 @@ def _task_module(model, task, tokenizer, vocab, tokens, max_seq_length) -> Servi
             # Every position is "labeled": the serving output tags every token.
             length = tf.shape(features["input_ids"])[1]
             positions = tf.tile(tf.range(length)[None], [tf.shape(features["input_ids"])[0], 1])
-            full = _task_features(task, features)
+            full = _task_features(tasks, features)
             full[f"{name}_labeled_positions"] = positions  # [B, L]
             _, outputs = model(full, training=False)
             return outputs[name]
@@ -246,7 +250,10 @@ def task_spec(args: Any, model_dir: str) -> ExportSpec:
     status.assert_existing_objects_matched().expect_partial()
     max_len = args.max_seq_length or config.max_seq_length
     check_length(max_len, model_config)
-    module = _single_task_module(model, task, config, vocab_file, max_len)
+    module = serving_module(
+        "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,
+        tasks,
+    )  # fmt: skip
     info = {
         "source": latest,
         "task": args.task,
@@ -255,12 +262,6 @@ def task_spec(args: Any, model_dir: str) -> ExportSpec:
     }
     return ExportSpec(
         module.kind, f"{args.model_name}_{args.task}", module, config_json(config), vocab_file, info
-    )
-
-
-def _single_task_module(model, task, config, vocab_file, max_len) -> ServingModule:
-    return serving_module(
-        "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task
     )
 
 
