@@ -54,6 +54,11 @@ export: $(STAMP)
 	$(PY) -m electra_tf.export --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
 		$(if $(filter command line,$(origin TASK)),--task $(TASK),)
 
+# make convert TO=hf INPUT=path OUTPUT=path [FROM=original] [CONVERT_FLAGS="--dry-run --overwrite"]
+convert: $(STAMP)
+	$(PY) -m electra_tf.convert --from $(or $(FROM),auto) --to $(TO) --input $(INPUT) \
+		--output $(OUTPUT) $(CONVERT_FLAGS)
+
 bench: $(STAMP)
 	$(PY) bench/bench_train.py
 
