@@ -102,3 +102,48 @@ def test_bert_baseline_matches_numpy():
     logits = ref.generator_logits(w, seq, out["masked_lm_positions"])
     loss = ref.mlm_loss(logits, out["masked_lm_ids"], out["masked_lm_weights"])
     np.testing.assert_allclose(out["loss"], config.gen_weight * loss, atol=1e-5, rtol=1e-5)
+
+
+_REPLICA_SCRIPT = r"""
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from electra_tf.pretraining.losses import electra_loss
+rng = np.random.default_rng(0)
+args = [
+    rng.normal(size=[4, 3, 7]).astype(np.float32),
+    rng.integers(0, 7, [4, 3]).astype(np.int32),
+    np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], np.float32),
+    rng.normal(size=[4, 5]).astype(np.float32),
+    rng.integers(0, 2, [4, 5]).astype(np.int32),
+    np.array([[1] * 5, [1, 1, 0, 0, 0], [1] * 5, [1, 1, 1, 0, 0]], np.int32),
+]
+single = float(electra_loss(*args)["loss"])
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+halves = strategy.experimental_distribute_values_from_function(
+    lambda ctx: [a[2 * ctx.replica_id_in_sync_group : 2 * ctx.replica_id_in_sync_group + 2]
+                 for a in args])
+per_replica = strategy.run(lambda xs: electra_loss(*xs)["loss"], args=(halves,))
+summed = float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+print(strategy.num_replicas_in_sync, single, summed)
+"""
+
+
+def test_replica_losses_sum_to_the_global_batch_loss():
+    # Two replicas, each half of a batch whose halves have different numbers of masked slots
+    # and real tokens: with global denominators the SUM over replicas (what the optimizer
+    # applies to gradients) equals the single-device loss. A fresh process because logical
+    # devices must be configured before TensorFlow starts.
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", _REPLICA_SCRIPT], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    replicas, single, summed = result.stdout.split()[-3:]
+    assert int(replicas) == 2
+    np.testing.assert_allclose(float(summed), float(single), rtol=1e-6)
