@@ -68,7 +68,10 @@ def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingC
                 f"vocab_size: {config.vocab_size} is smaller than the {size} entries of {path}"
             )
         return config
-    print(f"vocab_size: using {size}, the size of {path} (the default was {config.vocab_size})")
+    print(
+        f"vocab_size: using {size}, the size of {path} (the default was {config.vocab_size})",
+        flush=True,
+    )
     return dataclasses.replace(config, vocab_size=size)
 
 

@@ -231,6 +231,11 @@ class _StopRequest:
 def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResult:
     """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir."""
     stream = stream or sys.stdout
+    if config.gradient_accumulation_steps != 1:
+        raise ConfigError(
+            "gradient_accumulation_steps: the training loop does not implement accumulation "
+            f"yet; got {config.gradient_accumulation_steps}, use 1"
+        )
     model_dir = config.resolved_model_dir()
     os.makedirs(model_dir, exist_ok=True)
     keras.mixed_precision.set_global_policy(config.precision)
@@ -262,7 +267,11 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     )
     restored = checkpoints.restore_latest()
     if restored:
-        print(f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})", file=stream)
+        print(
+            f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})",
+            file=stream,
+            flush=True,
+        )
         if not track_data:
             seed = config.seed + int(optimizer.iterations.numpy())
             iterator = iter(
@@ -276,6 +285,7 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
             f"Continuing pre-training from {config.init_checkpoint} ({fmt} weights, fresh "
             f"optimizer) at step {int(optimizer.iterations.numpy())}",
             file=stream,
+            flush=True,
         )
 
     step = int(optimizer.iterations.numpy())
