@@ -128,6 +128,7 @@ def bench_tf(
         features = loaded.signatures["tokenize"](text=texts)
         assert features["input_ids"].shape == (batch, SEQ_LEN), features["input_ids"].shape
         ids = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+        print(f"timing electra-tf batch {batch}", file=sys.stderr, flush=True)
         results[("raw text", batch)] = median_ms(
             lambda t=texts: serve(text=t)["replaced_probability"].numpy(), warmup, iters
         )
