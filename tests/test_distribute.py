@@ -17,9 +17,10 @@ import textwrap
 import numpy as np
 import pytest
 
-# Not yet seen passing: on the shared, overloaded 2-core machine (load 9-17) both scenarios
-# were still tracing their first train step when the 420 s subprocess timeout hit (a faulthandler
-# dump showed progress, not a hang). Opt in until they have run on a quiet machine.
+# Opt-in until timed on a quiet machine: on the shared 2-core machine at load 9-17 both
+# scenarios overran the 420 s subprocess timeout. The mirrored script, run by hand with a
+# longer limit, passed (losses equal to 4e-6, weights to 1.2e-7); the multi-worker one has not
+# been seen to finish yet.
 pytestmark = pytest.mark.skipif(
     not os.environ.get("ELECTRA_RUN_DISTRIBUTE_TESTS"),
     reason="unverified on a loaded machine; set ELECTRA_RUN_DISTRIBUTE_TESTS=1 to run",
