@@ -33,6 +33,7 @@ import time
 
 from electra_tf.data.corpus import CorpusError, CorpusInput, iter_text_files, list_inputs
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
+from electra_tf.data.tfrecord_io import TFRecordWriter
 from electra_tf.data.tokenization import FullTokenizer, load_vocab
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
@@ -231,8 +232,6 @@ class _Progress:
 
 def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
     """Writes `options.num_out_files` shards under `options.output_dir`; returns the counts."""
-    import tensorflow as tf  # only the parent writes TFRecords (it needs TF's CRC32C)
-
     if options.num_processes < 1:
         raise ValueError(f"num_processes must be >= 1, got {options.num_processes}")
     if options.num_out_files < 1:
@@ -251,7 +250,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
         os.path.join(options.output_dir, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)
     ]
     spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=options.output_dir)
-    writers = [tf.io.TFRecordWriter(p + ".incomplete") for p in final_paths]
+    writers = [TFRecordWriter(p + ".incomplete") for p in final_paths]
     progress = _Progress(len(inputs), sum(i.size for i in inputs), options.progress)
     ctx = multiprocessing.get_context("spawn")
     counter = ctx.Value("q", 0)
