@@ -7,6 +7,7 @@ import tf_keras as keras
 
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.utils import (
+    ConfiguredLayer,
     build_sublayer,
     layer_norm,
     layer_norm_map,
@@ -15,7 +16,7 @@ from electra_tf.modeling.utils import (
 )
 
 
-class Embeddings(keras.layers.Layer):
+class Embeddings(ConfiguredLayer):
     """Word + position + token-type embeddings at the embedding width, then LayerNorm, dropout.
 
     In ELECTRA this whole block (all three tables and the LayerNorm) is shared by the generator
@@ -85,11 +86,3 @@ class Embeddings(keras.layers.Layer):
             f"{prefix}/position_embeddings": self.position_embeddings,
             **layer_norm_map(f"{prefix}/LayerNorm", self.layer_norm),
         }
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(ModelConfig.from_dict(config.pop("config")), **config)

@@ -8,10 +8,10 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
-from electra_tf.modeling.utils import build_sublayer, dense_map, require_built
+from electra_tf.modeling.utils import ConfiguredLayer, build_sublayer, dense_map, require_built
 
 
-class TransformerEncoder(keras.layers.Layer):
+class TransformerEncoder(ConfiguredLayer):
     """Embeddings (+ `embeddings_project` when E != H) followed by L post-LN transformer blocks.
 
     As the original `BertModel`: padded keys get an additive -10000 attention bias (padded
@@ -33,6 +33,8 @@ class TransformerEncoder(keras.layers.Layer):
     Returns:
         dict with `sequence_output` [batch, seq_len, hidden], `cls_output` [batch, hidden] and
         `embedding_output` [batch, seq_len, embedding_width] (before the projection).
+
+    A shared `embeddings` layer is not serialised: `from_config` builds its own block.
     """
 
     def __init__(
@@ -113,12 +115,3 @@ class TransformerEncoder(keras.layers.Layer):
         for i, layer in enumerate(self.transformer_layers):
             names.update(layer.variable_map(f"{scope}/encoder/layer_{i}"))
         return names
-
-    def get_config(self):
-        # A shared `embeddings` layer is not serialised: from_config builds its own block.
-        return {**super().get_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(ModelConfig.from_dict(config.pop("config")), **config)

@@ -9,6 +9,7 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.utils import (
+    ConfiguredLayer,
     build_sublayer,
     dense_map,
     layer_norm,
@@ -80,7 +81,7 @@ class GeneratorHead(keras.layers.Layer):
         }
 
 
-class DiscriminatorHead(keras.layers.Layer):
+class DiscriminatorHead(ConfiguredLayer):
     """Replaced-token-detection head (the original's `discriminator_predictions`).
 
     dense(H, gelu, truncated normal) -> dense(1, Glorot-uniform as tf.layers.dense's default)
@@ -126,11 +127,3 @@ class DiscriminatorHead(keras.layers.Layer):
             **dense_map(f"{scope}/dense", self.dense),
             **dense_map(f"{scope}/dense_1", self.dense_1),
         }
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(ModelConfig.from_dict(config.pop("config")), **config)

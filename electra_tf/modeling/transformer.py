@@ -9,6 +9,7 @@ import tf_keras as keras
 
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.utils import (
+    ConfiguredLayer,
     build_sublayer,
     dense_map,
     layer_norm,
@@ -18,7 +19,7 @@ from electra_tf.modeling.utils import (
 )
 
 
-class TransformerLayer(keras.layers.Layer):
+class TransformerLayer(ConfiguredLayer):
     """Self-attention + feed-forward block, post-LN, exactly as BERT/ELECTRA's `transformer_model`.
 
     x -> attention(x) -> dropout -> LayerNorm(x + .) -> dense(F, erf-gelu) -> dense(H) -> dropout
@@ -124,11 +125,3 @@ class TransformerLayer(keras.layers.Layer):
             **dense_map(f"{prefix}/output/dense", self.output_dense),
             **layer_norm_map(f"{prefix}/output/LayerNorm", self.output_layer_norm),
         }
-
-    def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        return cls(ModelConfig.from_dict(config.pop("config")), **config)

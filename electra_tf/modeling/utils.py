@@ -53,3 +53,16 @@ def dense_map(prefix: str, dense: keras.layers.Dense) -> dict[str, tf.Variable]:
 
 def layer_norm_map(prefix: str, norm: keras.layers.LayerNormalization) -> dict[str, tf.Variable]:
     return {f"{prefix}/gamma": norm.gamma, f"{prefix}/beta": norm.beta}
+
+
+class ConfiguredLayer(keras.layers.Layer):
+    """A layer built from one `ModelConfig` (kept as `self.config`): serialises it in
+    `get_config` and rebuilds from it in `from_config`."""
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ModelConfig.from_dict(config.pop("config")), **config)
