@@ -173,3 +173,35 @@ def test_load_vocab_names_missing_token_and_file(tmp_path):
         FullTokenizer(str(path))
     with pytest.raises(VocabError, match=r"\[UNK\]"):
         GraphTokenizer(str(path))
+
+
+def test_shipped_unicode_classes_equal_this_pythons_derivation():
+    # Workers load the packaged table instead of scanning 1.1M code points; it must be exactly
+    # what the derivation gives (regenerate: python -m electra_tf.data.charclasses --write).
+    from electra_tf.data import charclasses
+
+    shipped = charclasses._shipped_tables()
+    assert shipped is not None, f"{charclasses.TABLE_FILE} missing or for another Unicode version"
+    assert shipped == charclasses.derive_tables()
+
+
+def test_unicode_classes_fall_back_to_derivation_on_another_unicode_version(tmp_path, monkeypatch):
+    import json
+
+    from electra_tf.data import charclasses
+
+    stale = tmp_path / "classes.json"
+    stale.write_text(
+        json.dumps({"unidata_version": "1.0.0", "classes": {"removed": [[65, 90]]}}),
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(charclasses, "TABLE_FILE", str(stale))
+    charclasses._shipped_tables.cache_clear()
+    charclasses._table.cache_clear()
+    try:
+        assert charclasses._shipped_tables() is None
+        removed = charclasses.removed_ranges()
+        assert (65, 90) not in removed and (0, 8) in removed  # NUL..BS are controls
+    finally:
+        charclasses._shipped_tables.cache_clear()
+        charclasses._table.cache_clear()

@@ -7,19 +7,27 @@ and RE2 (through `tf.strings` / tensorflow-text) for `GraphTokenizer`. Deriving 
 the same `unicodedata` table keeps the two in agreement with the original, whatever Unicode
 version RE2's own `\\p{...}` tables carry.
 
-Building the classes scans all 1.1M code points once per process (about half a second); the
-result is cached.
+Deriving the classes scans all 1.1M code points (about 1.5 s, paid by every data-preparation
+worker). So the derived ranges ship with the package in `unicode_classes.json`, keyed by
+`unicodedata.unidata_version`: a Python whose Unicode database differs derives them itself,
+and a test checks that the shipped file equals the derivation. Regenerate it with
+`python -m electra_tf.data.charclasses --write`.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
+import os
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 # CJK Unified Ideograph blocks that the original surrounds with spaces (`_is_chinese_char`).
 CJK_RANGES: tuple[tuple[int, int], ...] = (
@@ -36,14 +44,21 @@ CJK_RANGES: tuple[tuple[int, int], ...] = (
 Ranges = tuple[tuple[int, int], ...]
 
 
+TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unicode_classes.json")
+
+
 @functools.cache
 def _categories() -> np.ndarray:
+    import numpy as np
+
     # One pass over every code point (surrogates get "Cs" and are never part of a class).
     return np.array([unicodedata.category(chr(cp)) for cp in range(sys.maxunicode + 1)])
 
 
 def _ranges(mask: np.ndarray) -> Ranges:
     """Runs of True in a per-code-point mask, as inclusive (first, last) pairs."""
+    import numpy as np
+
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1) - 1
@@ -51,12 +66,15 @@ def _ranges(mask: np.ndarray) -> Ranges:
 
 
 def _code_points() -> np.ndarray:
+    import numpy as np
+
     return np.arange(sys.maxunicode + 1)
 
 
-@functools.cache
-def removed_ranges() -> Ranges:
+def _derive_removed_ranges() -> Ranges:
     """`_clean_text`: NUL, U+FFFD and control characters (Cc, Cf) other than \\t \\n \\r."""
+    import numpy as np
+
     cats = _categories()
     cp = _code_points()
     mask = np.isin(cats, ["Cc", "Cf"]) | (cp == 0) | (cp == 0xFFFD)
@@ -64,9 +82,10 @@ def removed_ranges() -> Ranges:
     return _ranges(mask)
 
 
-@functools.cache
-def punctuation_ranges() -> Ranges:
+def _derive_punctuation_ranges() -> Ranges:
     """All non-alphanumeric printable ASCII, plus every Unicode P* category."""
+    import numpy as np
+
     cp = _code_points()
     ascii_punct = (
         ((cp >= 33) & (cp <= 47))
@@ -77,10 +96,11 @@ def punctuation_ranges() -> Ranges:
     return _ranges(ascii_punct | np.char.startswith(_categories(), "P"))
 
 
-@functools.cache
-def split_space_ranges() -> Ranges:
+def _derive_split_space_ranges() -> Ranges:
     """What `whitespace_tokenize` (`str.split()`) splits on among characters that survive
     `_clean_text`: Zs, \\t \\n \\r, and also U+2028/U+2029, which `_is_whitespace` misses."""
+    import numpy as np
+
     mask = np.zeros(sys.maxunicode + 1, dtype=bool)
     # `re`'s \s on str patterns is exactly `str.isspace()`; surrogates cannot be in a str.
     everything = "".join(chr(cp) for cp in range(0xD800)) + "".join(
@@ -90,14 +110,80 @@ def split_space_ranges() -> Ranges:
         cp = ord(match.group())
         mask[cp] = True
     removed = np.zeros_like(mask)
-    for lo, hi in removed_ranges():
+    for lo, hi in _derive_removed_ranges():
         removed[lo : hi + 1] = True
     return _ranges(mask & ~removed)
 
 
-@functools.cache
-def nonspacing_mark_ranges() -> Ranges:
+def _derive_nonspacing_mark_ranges() -> Ranges:
     return _ranges(_categories() == "Mn")
+
+
+_DERIVATIONS: dict[str, Callable[[], Ranges]] = {
+    "removed": _derive_removed_ranges,
+    "punctuation": _derive_punctuation_ranges,
+    "split_space": _derive_split_space_ranges,
+    "nonspacing_mark": _derive_nonspacing_mark_ranges,
+}
+
+
+def derive_tables() -> dict[str, Ranges]:
+    """Every class derived from this Python's `unicodedata` (slow: see the module docstring)."""
+    return {name: derive() for name, derive in _DERIVATIONS.items()}
+
+
+@functools.cache
+def _shipped_tables() -> dict[str, Ranges] | None:
+    """The packaged tables when they were derived from this Python's Unicode version."""
+    try:
+        with open(TABLE_FILE, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if data.get("unidata_version") != unicodedata.unidata_version:
+        return None
+    tables = data.get("classes", {})
+    if set(tables) != set(_DERIVATIONS):
+        return None
+    return {name: tuple((lo, hi) for lo, hi in ranges) for name, ranges in tables.items()}
+
+
+@functools.cache
+def _table(name: str) -> Ranges:
+    shipped = _shipped_tables()
+    return shipped[name] if shipped is not None else _DERIVATIONS[name]()
+
+
+def removed_ranges() -> Ranges:
+    """`_clean_text`: NUL, U+FFFD and control characters (Cc, Cf) other than \\t \\n \\r."""
+    return _table("removed")
+
+
+def punctuation_ranges() -> Ranges:
+    """All non-alphanumeric printable ASCII, plus every Unicode P* category."""
+    return _table("punctuation")
+
+
+def split_space_ranges() -> Ranges:
+    """Zs, \\t \\n \\r and U+2028/U+2029 (see `_derive_split_space_ranges`)."""
+    return _table("split_space")
+
+
+def nonspacing_mark_ranges() -> Ranges:
+    """Mn: the accents that accent stripping drops after NFD."""
+    return _table("nonspacing_mark")
+
+
+def write_tables(path: str = TABLE_FILE) -> None:
+    """Derives every class and writes the version-keyed table file (atomically)."""
+    data = {
+        "unidata_version": unicodedata.unidata_version,
+        "classes": {name: [list(r) for r in ranges] for name, ranges in derive_tables().items()},
+    }
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def bmp_only(ranges: Ranges) -> Ranges:
@@ -121,3 +207,21 @@ def re2_class(ranges: Iterable[tuple[int, int]], negate: bool = False) -> str:
     for lo, hi in ranges:
         parts.append(f"\\x{{{lo:x}}}" if lo == hi else f"\\x{{{lo:x}}}-\\x{{{hi:x}}}")
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Derive the tokenizer's Unicode classes.")
+    parser.add_argument("--write", action="store_true", help=f"(re)write {TABLE_FILE}")
+    args = parser.parse_args(argv)
+    if args.write:
+        write_tables()
+        print(f"wrote {TABLE_FILE} (Unicode {unicodedata.unidata_version})")
+    else:
+        shipped = _shipped_tables()
+        state = "matches" if shipped == derive_tables() else "differs from"
+        print(f"{TABLE_FILE} {state} this Python's Unicode {unicodedata.unidata_version} derivation")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
