@@ -1,6 +1,6 @@
 """Data-preparation speed: our build_tfrecords (N processes) vs the original's pure-Python path.
 
-    make bench-data                      # a generated slice of stdlib docstrings, ~3 MB
+    make bench-data                      # an 8 MB slice of the default corpus's sources
     .venv/bin/python bench/bench_data.py --corpus-dir /work/shared/data/corpus/gutenberg \
         --vocab-file /work/shared/data/vocab/bert-uncased-vocab.txt
 
@@ -26,21 +26,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _generated_corpus(out_dir: str, max_mb: float) -> str:
-    import sysconfig
-
-    from electra_tf.data.default_corpus import iter_documents
+    """Documentation prose of the Python installation and its packages (what the default corpus
+    is made of), split over 8 files."""
+    from electra_tf.data.default_corpus import iter_documents, source_roots
 
     corpus = os.path.join(out_dir, "corpus")
     os.makedirs(corpus)
     docs, size = [], 0
-    for paragraphs in iter_documents([sysconfig.get_paths()["stdlib"]]):
+    for paragraphs in iter_documents(source_roots()):
         docs.append("\n".join(paragraphs))
         size += len(docs[-1])
         if size > max_mb * 1e6:
             break
-    for i in range(4):
+    for i in range(8):
         with open(os.path.join(corpus, f"part{i}.txt"), "w", encoding="utf-8") as f:
-            f.write("\n\n".join(docs[i::4]) + "\n")
+            f.write("\n\n".join(docs[i::8]) + "\n")
     return corpus
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus-dir", help="Default: a generated slice of docstrings.")
     parser.add_argument("--vocab-file", help="Default: a frequency vocabulary of the slice.")
-    parser.add_argument("--max-mb", type=float, default=3.0, help="Size of the generated slice.")
+    parser.add_argument("--max-mb", type=float, default=8.0, help="Size of the generated slice.")
     parser.add_argument("--num-processes", type=int, default=2)
     parser.add_argument("--max-seq-length", type=int, default=128)
     args = parser.parse_args(argv)
