@@ -219,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shipped = _shipped_tables()
         state = "matches" if shipped == derive_tables() else "differs from"
-        print(f"{TABLE_FILE} {state} this Python's Unicode {unicodedata.unidata_version} derivation")
+        print(
+            f"{TABLE_FILE} {state} this Python's Unicode {unicodedata.unidata_version} derivation"
+        )
     return 0
 
 
