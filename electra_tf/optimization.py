@@ -109,7 +109,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     Clipping uses tf_keras' `global_clipnorm`, which `apply_gradients` applies after it has
     all-reduced the gradients across replicas, so under tf.distribute the norm is the norm of the
     global gradient (the same number on every replica). Sparse gradients (embedding lookups) are
-    densified, as the original's dense `m`/`v` update did: every row's moments decay each step.
+    densified before clipping, so the norm is the summed gradient's and every row's moments decay
+    each step, as with the original's dense gradients.
 
     Args:
       learning_rate: float or `LearningRateSchedule` (e.g. `ElectraSchedule`).
@@ -207,11 +208,21 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         return slots
 
     # ------------------------------------------------------------------ update
+    def apply_gradients(self, grads_and_vars: Any, name: str | None = None, **kwargs) -> Any:
+        # tf_keras clips BEFORE it sums the duplicate rows of a sparse (embedding-lookup)
+        # gradient, so each occurrence would count separately in the global norm: the
+        # token-type table's 2 rows looked up at every position inflated the norm and shrank
+        # every clipped update. The original's gradients are dense (its token-type lookup is
+        # a one-hot matmul), so the norm is that of the summed gradient: densify first.
+        dense = [
+            (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
+            for g, v in grads_and_vars
+        ]
+        return super().apply_gradients(dense, name=name, **kwargs)
+
     def update_step(self, gradient: Any, variable: tf.Variable) -> None:
         index = self._index_dict[self._var_key(variable)]
         m, v = self._m[index], self._v[index]
-        if isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
         gradient = tf.cast(gradient, variable.dtype)
         lr = tf.cast(self.learning_rate, variable.dtype) * self.lr_multiplier(variable)
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient

@@ -159,6 +159,34 @@ def test_sparse_gradients_are_densified_like_the_original():
     np.testing.assert_allclose(table.numpy(), expected[0], rtol=1e-5)
 
 
+def test_clipping_uses_the_norm_of_the_summed_sparse_gradient():
+    # A token-type-like table: 2 rows looked up at 40 positions, per-occurrence values 1: the
+    # summed dense gradient is 20 per entry (squared norm 2400), the per-occurrence values
+    # have squared norm 120. The original (dense one-hot lookup) clips by the former. Two
+    # steps of different sizes, so the clipped magnitudes (not just signs) reach the weights.
+    table = tf.Variable(np.zeros((2, 3), np.float32), name="table")
+    other = tf.Variable(np.zeros((4,), np.float32), name="other")
+    optimizer = AdamWeightDecay(
+        learning_rate=0.1,
+        clip_norm=1.0,
+        variable_map={"electra/embeddings/token_type_embeddings": table, "other": other},
+    )
+    dense_steps = []
+    for scale, other_grad in ((1.0, 30.0), (0.1, 2.0)):
+        with tf.GradientTape() as tape:
+            rows = tf.gather(table, [0, 1] * 20)  # [40, 3]
+            loss = scale * tf.reduce_sum(rows) + tf.reduce_sum(other * [other_grad, 0, 0, 0])
+        grads = tape.gradient(loss, [table, other])
+        assert isinstance(grads[0], tf.IndexedSlices)
+        optimizer.apply_gradients(zip(grads, [table, other], strict=True))
+        dense_steps.append([np.full((2, 3), 20.0 * scale), np.array([other_grad, 0, 0, 0])])
+    expected, _, _ = numpy_adamw(
+        [np.zeros((2, 3)), np.zeros(4)], dense_steps, [0.1, 0.1], 0.0, [False] * 2, [1, 1]
+    )
+    np.testing.assert_allclose(table.numpy(), expected[0], rtol=1e-5)
+    np.testing.assert_allclose(other.numpy(), expected[1], rtol=1e-5, atol=1e-7)
+
+
 def test_checkpoint_round_trip_continues_identically():
     params, grads = _problem(3)
 
