@@ -161,6 +161,12 @@ class PretrainingConfig:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
+        k = self.gradient_accumulation_steps
+        if not isinstance(k, int) or k < 1 or self.train_batch_size % k:
+            raise ConfigError(
+                f"gradient_accumulation_steps: {k!r} must be a positive integer that divides "
+                f"train_batch_size {self.train_batch_size}"
+            )
         changes: dict[str, Any] = {
             "max_predictions_per_seq": int((self.mask_prob + 0.005) * self.max_seq_length)
         }

@@ -1,5 +1,7 @@
 """Tiny pre-training configs and batches shared by the pretrainer tests (no files read)."""
 
+import contextlib
+
 import numpy as np
 
 from electra_tf.config import pretraining_config
@@ -43,3 +45,47 @@ def tiny_batch(batch=4, seq_len=16, seed=0):
         ids[row, n - 1] = SEP
         segments[row, n // 2 + 1 : n] = 1
     return {"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments}
+
+
+@contextlib.contextmanager
+def batch_split_invariant_objective():
+    """Makes the pretrainer's corruption independent of how a batch is split.
+
+    The pretrainer's RNG draws one stream per call, so half a batch is masked differently from
+    the same examples inside the full batch. Inside this context every example is masked by the
+    real `mask_inputs` with a seed made from its own tokens, and sampling is the argmax: a
+    batch split over replicas or accumulation micro-batches sees the same corrupted inputs as
+    the whole batch, and only the plumbing under test differs.
+    """
+    import tensorflow as tf
+
+    from electra_tf.pretraining import pretrainer as pretrainer_module
+
+    real_mask_inputs = pretrainer_module.mask_inputs
+    real_sample = pretrainer_module.gumbel_sample
+
+    def per_example_mask_inputs(input_ids, input_mask, *args, **kwargs):
+        seq_len = input_ids.shape[1]
+        weights = tf.range(1, seq_len + 1, dtype=tf.int32)
+        ids, mask = tf.cast(input_ids, tf.int32), tf.cast(input_mask, tf.int32)
+        seeds = tf.stack([tf.reduce_sum(ids * weights, 1), tf.reduce_sum(mask, 1)], 1)  # [b, 2]
+        probe = real_mask_inputs(ids[:1], mask[:1], *args[:2], seeds[0], **kwargs)
+
+        def one(example):
+            row_ids, row_mask, seed = example
+            out = real_mask_inputs(row_ids[None], row_mask[None], *args[:2], seed, **kwargs)
+            return {key: value[0] for key, value in out.items()}
+
+        signature = {k: tf.TensorSpec(v.shape[1:], v.dtype) for k, v in probe.items()}
+        return tf.map_fn(one, (ids, mask, seeds), fn_output_signature=signature)
+
+    def argmax_sample(logits, seed, temperature=1.0, disallow_ids=None):
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [batch, num_masked]
+
+    pretrainer_module.mask_inputs = per_example_mask_inputs
+    pretrainer_module.gumbel_sample = argmax_sample
+    try:
+        yield
+    finally:
+        pretrainer_module.mask_inputs = real_mask_inputs
+        pretrainer_module.gumbel_sample = real_sample

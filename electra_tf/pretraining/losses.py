@@ -22,11 +22,19 @@ def replica_sum(value: tf.Tensor) -> tf.Tensor:
     return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
-def weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
-    """sum(w * v) / (sum(w) + 1e-6), the denominator over the global batch."""
+def weighted_mean(
+    values: tf.Tensor, weights: tf.Tensor, denominator: tf.Tensor | None = None
+) -> tf.Tensor:
+    """sum(w * v) / (sum(w) + 1e-6), the denominator over the global batch.
+
+    `denominator`, when given, replaces sum(w) (summed over replicas): with gradient
+    accumulation it is the sum over the whole batch of which `values` is one micro-batch.
+    """
     weights = tf.cast(weights, tf.float32)
     numerator = tf.reduce_sum(weights * values)
-    return numerator / (replica_sum(tf.reduce_sum(weights)) + DENOMINATOR_EPSILON)
+    if denominator is None:
+        denominator = replica_sum(tf.reduce_sum(weights))
+    return numerator / (denominator + DENOMINATOR_EPSILON)
 
 
 def masked_lm_losses(logits: tf.Tensor, target_ids: tf.Tensor) -> tf.Tensor:
@@ -52,23 +60,27 @@ def electra_loss(
     input_mask: tf.Tensor | None,
     gen_weight: float = 1.0,
     disc_weight: float = 50.0,
+    denominators: tuple[tf.Tensor, tf.Tensor] | None = None,
 ) -> dict[str, tf.Tensor]:
     """total = gen_weight * masked-LM loss + disc_weight * replaced-token-detection loss.
 
     Without discriminator inputs (the BERT baseline) the total is the weighted MLM loss only.
+    `denominators` (masked-LM weight sum, input-mask sum) of a larger batch make the losses
+    this part's share of that batch's losses (see `weighted_mean`).
 
     Returns:
         dict of scalar `loss`, `masked_lm_loss`, `disc_loss` (0 without a discriminator) and
         per-element `masked_lm_losses` [batch, num_masked], `disc_losses` [batch, seq_len].
     """
     mlm_losses = masked_lm_losses(mlm_logits, masked_lm_ids)
-    mlm_loss = weighted_mean(mlm_losses, masked_lm_weights)
+    mlm_denominator, disc_denominator = denominators or (None, None)
+    mlm_loss = weighted_mean(mlm_losses, masked_lm_weights, mlm_denominator)
     out = {"masked_lm_losses": mlm_losses, "masked_lm_loss": mlm_loss}
     total = gen_weight * mlm_loss
     disc_loss = tf.constant(0.0)
     if disc_logits is not None:
         out["disc_losses"] = replaced_token_losses(disc_logits, disc_labels)
-        disc_loss = weighted_mean(out["disc_losses"], input_mask)
+        disc_loss = weighted_mean(out["disc_losses"], input_mask, disc_denominator)
         total += disc_weight * disc_loss
     out["disc_loss"] = disc_loss
     out["loss"] = total

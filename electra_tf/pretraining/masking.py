@@ -27,6 +27,49 @@ def candidates_mask(
     )
 
 
+def _active_slots(
+    input_mask: tf.Tensor,
+    num_candidates: tf.Tensor,
+    max_predictions: int,
+    mask_prob: float,
+    with_replacement: bool,
+) -> tf.Tensor:
+    """bool [batch, N]: the slots `mask_inputs` fills (its `masked_lm_weights`)."""
+    # float32 as the original, so that rounding ties land exactly where the original's do.
+    num_tokens = tf.cast(tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=-1), tf.float32)
+    num_to_predict = tf.maximum(
+        1, tf.minimum(max_predictions, tf.cast(tf.round(num_tokens * mask_prob), tf.int32))
+    )
+    active = tf.sequence_mask(num_to_predict, max_predictions)  # [batch, N]
+    # A sequence without candidates (only specials) predicts nothing instead of sampling NaNs.
+    active &= (num_candidates > 0)[:, tf.newaxis]
+    if not with_replacement:
+        active &= tf.range(max_predictions)[tf.newaxis, :] < num_candidates[:, tf.newaxis]
+    return active
+
+
+def num_masked_slots(
+    input_ids: tf.Tensor,
+    input_mask: tf.Tensor,
+    max_predictions: int,
+    mask_prob: float,
+    cls_id: int = CLS_ID,
+    sep_id: int = SEP_ID,
+    mask_id: int = MASK_ID,
+    with_replacement: bool = True,
+) -> tf.Tensor:
+    """float32 scalar: sum of the `masked_lm_weights` that `mask_inputs` will give this batch.
+
+    The count depends only on the lengths and candidates, not on the random draws, so the
+    masked-LM loss denominator of a whole batch is known before any part of it is masked
+    (gradient accumulation uses this to keep the full batch's loss exactly).
+    """
+    candidates = candidates_mask(input_ids, input_mask, cls_id, sep_id, mask_id)
+    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]
+    active = _active_slots(input_mask, num_candidates, max_predictions, mask_prob, with_replacement)
+    return tf.reduce_sum(tf.cast(active, tf.float32))
+
+
 def mask_inputs(
     input_ids: tf.Tensor,
     input_mask: tf.Tensor,
@@ -76,14 +119,7 @@ def mask_inputs(
     candidates = candidates_mask(input_ids, input_mask, cls_id, sep_id, mask_id)
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]
 
-    # float32 as the original, so that rounding ties land exactly where the original's do.
-    num_tokens = tf.cast(tf.reduce_sum(input_mask, axis=-1), tf.float32)
-    num_to_predict = tf.maximum(
-        1, tf.minimum(max_predictions, tf.cast(tf.round(num_tokens * mask_prob), tf.int32))
-    )
-    active = tf.sequence_mask(num_to_predict, max_predictions)  # [batch, N]
-    # A sequence without candidates (only specials) predicts nothing instead of sampling NaNs.
-    active &= (num_candidates > 0)[:, tf.newaxis]
+    active = _active_slots(input_mask, num_candidates, max_predictions, mask_prob, with_replacement)
 
     # Uniform over the candidates: log-probability 0 for each, -inf elsewhere.
     log_probs = tf.where(candidates, 0.0, float("-inf"))  # [batch, seq_len]
@@ -97,7 +133,6 @@ def mask_inputs(
         gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
         # Top-k of perturbed log-probs = k draws without replacement. [batch, N]
         positions = tf.math.top_k(log_probs + gumbel, k=max_predictions, sorted=True).indices
-        active &= tf.range(max_predictions)[tf.newaxis, :] < num_candidates[:, tf.newaxis]
 
     active_int = tf.cast(active, tf.int32)
     positions *= active_int

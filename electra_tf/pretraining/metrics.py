@@ -50,11 +50,12 @@ class PretrainingMetrics:
         extra = [self.learning_rate] if with_learning_rate else []
         return list(self.trackers.values()) + extra
 
-    def update(self, outputs: dict[str, tf.Tensor], input_mask: tf.Tensor, num_replicas: int):
+    def update(self, outputs: dict[str, tf.Tensor], input_mask: tf.Tensor, num_parts: int):
+        """`num_parts`: how many pieces (replicas x accumulation micro-batches) the batch loss
+        is split into; each piece's loss has the WHOLE batch's denominator, so the Mean of
+        `num_parts` times it is the batch loss."""
         t = self.trackers
-        # Each replica's loss has a GLOBAL denominator; the Mean over replicas of N times it is
-        # the global loss.
-        t["loss"].update_state(outputs["loss"] * num_replicas)
+        t["loss"].update_state(outputs["loss"] * num_parts)
         weights = outputs["masked_lm_weights"]
         ids = outputs["masked_lm_ids"]
         t["masked_lm_loss"].update_state(outputs["masked_lm_losses"], weights)

@@ -9,8 +9,8 @@ import tf_keras as keras
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import DiscriminatorHead, GeneratorHead, TransformerEncoder
 from electra_tf.modeling.utils import no_autograph
-from electra_tf.pretraining.losses import electra_loss
-from electra_tf.pretraining.masking import CLS_ID, MASK_ID, SEP_ID, mask_inputs
+from electra_tf.pretraining.losses import electra_loss, replica_sum
+from electra_tf.pretraining.masking import CLS_ID, MASK_ID, SEP_ID, mask_inputs, num_masked_slots
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.sampling import gumbel_sample, scatter_update
 
@@ -101,6 +101,10 @@ class ElectraPretrainer(keras.Model):
 
     # ------------------------------------------------------------------ forward pass
     def call(self, inputs, training=False):
+        return self._forward(inputs, training)
+
+    def _forward(self, inputs, training, denominators=None):
+        """The forward pass; `denominators` as `electra_loss`'s (gradient accumulation)."""
         config = self.config
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
         input_mask = tf.cast(inputs["input_mask"], tf.int32)
@@ -167,6 +171,7 @@ class ElectraPretrainer(keras.Model):
                 input_mask,
                 gen_weight=config.gen_weight,
                 disc_weight=config.disc_weight,
+                denominators=denominators,
             )
         )
         return outputs
@@ -186,36 +191,102 @@ class ElectraPretrainer(keras.Model):
 
     @no_autograph
     def train_step(self, data):
+        """Keras's hook (`fit`): `train_update`, then the metric values."""
+        self.train_update(data)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+    @no_autograph
+    def train_update(self, data):
+        """One optimizer step on `data`'s batch and the metric updates, without reading the
+        metrics: under tf.distribute every read is a cross-replica reduction, so the training
+        loop calls this and reads the metrics once per logging period.
+
+        With `gradient_accumulation_steps` k > 1 the batch is cut into k micro-batches that run
+        one after another (a `tf.while_loop`, so only one micro-batch's activations are alive),
+        their gradients summed, and the optimizer applied once. Each micro-batch's losses divide
+        by the WHOLE batch's denominators (the masked-slot count is known before masking), so
+        the applied gradient is the one-pass gradient of the same corrupted batch.
+        """
         inputs = data[0] if isinstance(data, tuple) else data
         optimizer = self.optimizer
-        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         schedule = self._learning_rate_schedule()
         if schedule is not None:
             # The rate this step uses (before apply_gradients advances `iterations`).
             self._trackers.update_learning_rate(schedule(optimizer.iterations))
+        variables = self.trainable_variables
+        steps = self.config.gradient_accumulation_steps
+        if steps == 1:
+            gradients, outputs = self._gradients(inputs, variables)
+            self._update_metrics(outputs, inputs)
+        else:
+            gradients = self._accumulated_gradients(inputs, variables, steps)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+
+    def _gradients(self, inputs, variables, denominators=None):
+        optimizer = self.optimizer
+        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
-            outputs = self(inputs, training=True)
+            outputs = self._forward(inputs, training=True, denominators=denominators)
             loss = outputs["loss"]
             if scaling:
                 loss = optimizer.get_scaled_loss(loss)
-        variables = self.trainable_variables
         gradients = tape.gradient(loss, variables)
         if scaling:
             gradients = optimizer.get_unscaled_gradients(gradients)
-        optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        return self._update_metrics(outputs, inputs)
+        return gradients, outputs
+
+    def _accumulated_gradients(self, inputs, variables, steps):
+        config = self.config
+        batch = tf.shape(inputs["input_ids"])[0]
+        tf.debugging.assert_equal(
+            batch % steps,
+            0,
+            message=f"gradient_accumulation_steps {steps} must divide the per-replica batch",
+        )
+        denominators = (
+            replica_sum(
+                num_masked_slots(
+                    inputs["input_ids"],
+                    inputs["input_mask"],
+                    config.max_predictions_per_seq,
+                    config.mask_prob,
+                    with_replacement=config.mask_positions_with_replacement,
+                    **self.special_ids,
+                )
+            ),
+            replica_sum(tf.reduce_sum(tf.cast(inputs["input_mask"], tf.float32))),
+        )
+        # [steps, batch / steps, ...] per feature.
+        micro = {
+            key: tf.reshape(value, tf.concat([[steps, batch // steps], tf.shape(value)[1:]], 0))
+            for key, value in inputs.items()
+        }
+
+        def body(index, sums):
+            part = {key: value[index] for key, value in micro.items()}
+            gradients, outputs = self._gradients(part, variables, denominators)
+            # Each part's loss is its share of the batch loss: scale so the Mean is the total.
+            self._update_metrics(outputs, part, parts=steps)
+            sums = [
+                total if grad is None else total + tf.convert_to_tensor(grad)
+                for total, grad in zip(sums, gradients, strict=True)
+            ]
+            return index + 1, sums
+
+        zeros = [tf.zeros_like(variable) for variable in variables]
+        _, sums = tf.while_loop(lambda index, _: index < steps, body, (tf.constant(0), zeros))
+        return sums
 
     @no_autograph
     def test_step(self, data):
         inputs = data[0] if isinstance(data, tuple) else data
-        logs = self._update_metrics(self(inputs, training=False), inputs)
-        logs.pop("learning_rate", None)  # evaluation does not step the schedule
-        return logs
+        self._update_metrics(self(inputs, training=False), inputs)
+        # Evaluation does not step the schedule: no learning rate.
+        return {m.name: m.result() for m in self.metrics if m.name != "learning_rate"}
 
-    def _update_metrics(self, outputs, inputs):
+    def _update_metrics(self, outputs, inputs, parts=1):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        self._trackers.update(outputs, inputs["input_mask"], replicas)
-        return {metric.name: metric.result() for metric in self.metrics}
+        self._trackers.update(outputs, inputs["input_mask"], replicas * parts)
 
     # ------------------------------------------------------------------ names
     def variable_map(self) -> dict[str, tf.Variable]:

@@ -182,18 +182,23 @@ def _reset_metrics(model: keras.Model) -> None:
 
 def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, jit: bool) -> Any:
     """`fn(iterator, num_steps) -> real tokens seen`: many train steps per Python call."""
-    step_fn = tf.function(model.train_step, jit_compile=True) if jit else model.train_step
+    # `train_update` (the pretrainer's) skips reading the metrics after every step.
+    update = getattr(model, "train_update", model.train_step)
+    step_fn = tf.function(update, jit_compile=True) if jit else update
 
     def replica_step(batch: dict[str, tf.Tensor]) -> tf.Tensor:
         step_fn(batch)
         return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int64))
 
+    # Tokens are summed over this worker's replicas only: a cross-worker int64 all-reduce in
+    # the loop made MultiWorkerMirroredStrategy workers disagree on collective instance keys.
+    # The caller scales by the number of workers (a display figure).
     @tf.function
     def train_steps(iterator: Any, num_steps: tf.Tensor) -> tf.Tensor:
         tokens = tf.constant(0, tf.int64)
         for _ in tf.range(num_steps):
             per_replica = strategy.run(replica_step, args=(next(iterator),))
-            tokens += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            tokens += tf.add_n(strategy.experimental_local_results(per_replica))
         return tokens
 
     return train_steps
@@ -231,17 +236,19 @@ class _StopRequest:
 def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResult:
     """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir."""
     stream = stream or sys.stdout
-    if config.gradient_accumulation_steps != 1:
-        raise ConfigError(
-            "gradient_accumulation_steps: the training loop does not implement accumulation "
-            f"yet; got {config.gradient_accumulation_steps}, use 1"
-        )
     model_dir = config.resolved_model_dir()
     os.makedirs(model_dir, exist_ok=True)
     keras.mixed_precision.set_global_policy(config.precision)
     tf.random.set_seed(config.seed)
     strategy = build_strategy(config)
     is_chief, worker_id = worker_role(strategy)
+    per_replica = config.train_batch_size // strategy.num_replicas_in_sync
+    if per_replica % config.gradient_accumulation_steps:
+        raise ConfigError(
+            f"gradient_accumulation_steps {config.gradient_accumulation_steps} does not divide "
+            f"the per-replica batch {per_replica} (train_batch_size {config.train_batch_size} "
+            f"over {strategy.num_replicas_in_sync} replicas)"
+        )
 
     resuming = tf.train.latest_checkpoint(model_dir) is not None
     saved_config = os.path.join(model_dir, CONFIG_FILE)
@@ -295,6 +302,7 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
         return TrainResult(step, {}, restored)
     log_every = config.log_every_steps or config.iterations_per_loop
     train_steps = make_train_function(model, strategy, config.jit_compile)
+    num_workers = getattr(strategy.extended, "_num_workers", 1)
     reporter = ProgressReporter(
         total,
         step,
@@ -313,7 +321,8 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
                 total,
             ]
             try:
-                tokens += int(train_steps(iterator, tf.constant(min(boundaries) - step)))
+                local = int(train_steps(iterator, tf.constant(min(boundaries) - step)))
+                tokens += local * num_workers
             except tf.errors.OutOfRangeError as e:
                 raise RuntimeError(
                     f"{config.resolved_pretrain_tfrecords()}: the training data ran out"

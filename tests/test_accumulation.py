@@ -1,0 +1,81 @@
+"""Gradient accumulation: k micro-batches then one update equals one pass over the batch."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from pretrainer_fixtures import (
+    SPECIAL_IDS,
+    batch_split_invariant_objective,
+    tiny_batch,
+    tiny_config,
+)
+
+from electra_tf.config import ConfigError
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.loop import build_optimizer
+
+BATCH = 8
+
+
+def _config(steps):
+    overrides = dict(
+        tiny_config().model_hparam_overrides,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    return tiny_config(
+        model_hparam_overrides=overrides,
+        gradient_accumulation_steps=steps,
+        train_batch_size=BATCH,
+        learning_rate=1e-3,
+        num_warmup_steps=0,
+    )
+
+
+def _train(steps, batches, initial_weights=None):
+    config = _config(steps)
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    if initial_weights is not None:
+        model.set_weights(initial_weights)
+    weights = model.get_weights()
+    initial = [v.numpy() for v in model.trainable_variables]
+    model.compile(optimizer=build_optimizer(config, model))
+    train_step = tf.function(model.train_step)
+    logs = []
+    for batch in batches:
+        values = train_step({key: tf.constant(value) for key, value in batch.items()})
+        logs.append({name: float(value) for name, value in values.items()})
+        for metric in model.metrics:
+            metric.reset_state()
+    final = [v.numpy() for v in model.trainable_variables]
+    change = max(float(np.max(np.abs(a - b))) for a, b in zip(initial, final, strict=True))
+    return weights, logs, final, change
+
+
+def test_accumulated_micro_batches_give_the_full_batch_update():
+    # Rows of different lengths: the micro-batches have different token and masked-slot
+    # counts, so averaging per-micro-batch means would NOT give the batch loss; dividing by
+    # the whole batch's denominators does.
+    batches = [tiny_batch(batch=BATCH, seed=seed) for seed in (0, 1, 2)]
+    with batch_split_invariant_objective():
+        weights, whole, whole_final, change = _train(1, batches)
+        _, accumulated, accumulated_final, _ = _train(4, batches, weights)
+    for name in ("loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"):
+        np.testing.assert_allclose(
+            [log[name] for log in accumulated],
+            [log[name] for log in whole],
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
+        )
+    assert whole[0]["loss"] != whole[-1]["loss"], "training did not change the loss"
+    assert change > 1e-4
+    for a, b in zip(whole_final, accumulated_final, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-6)
+
+
+def test_accumulation_steps_must_divide_the_batch():
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps.*train_batch_size 8"):
+        _config(3)
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps"):
+        _config(0)
