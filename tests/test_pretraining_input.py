@@ -61,6 +61,26 @@ def test_comma_separated_globs_and_sharding(tmp_path):
     assert ids == [11] * 5  # only the second file
 
 
+def test_fewer_files_than_pipelines_shards_records(tmp_path):
+    # One file, two workers: each reads every other record (an empty file shard would leave
+    # one worker without data and with a different input graph).
+    expected = _files(tmp_path, n_files=1, per_file=6)
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
+        ds = pretraining_dataset(
+            str(tmp_path / "*"), 1, 16, is_training=False, input_context=context
+        )
+        rows = [b["input_ids"].numpy()[0][:4].tolist() for b in ds]
+        assert len(rows) == 3
+        seen += rows
+    assert sorted(seen) == sorted(expected)
+    # Training repeats the record shard forever.
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    ds = pretraining_dataset(str(tmp_path / "*"), 2, 16, is_training=True, input_context=context)
+    assert len(list(ds.take(10))) == 10
+
+
 def test_length_mismatch_names_file_and_both_lengths(tmp_path):
     _files(tmp_path, length=16)
     with pytest.raises(InputDataError, match=r"length 16.*max_seq_length is 128") as err:

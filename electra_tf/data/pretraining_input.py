@@ -69,13 +69,18 @@ def pretraining_dataset(
       is_training: repeat and shuffle (files and records); otherwise one ordered pass.
       seed: shuffling seed (None: nondeterministic, as the original).
       input_context: from `distribute_datasets_from_function`; each input pipeline reads
-        every `num_input_pipelines`-th file.
+        every `num_input_pipelines`-th file (every n-th record when there are fewer files).
     """
     files = match_files(file_pattern)
     check_record_length(files, max_seq_length)
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    pipelines = input_context.num_input_pipelines if input_context is not None else 1
+    # Shard by file when every pipeline gets at least one; with fewer files than pipelines,
+    # every pipeline reads all files and keeps every n-th record. (An empty shard would leave
+    # a worker without data, and its input a different graph from the others'.)
+    shard_files = 1 < pipelines <= len(files)
+    if shard_files:
+        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     if is_training:
         dataset = dataset.repeat().shuffle(len(files), seed=seed)
     cycle_length = min(4, len(files))
@@ -87,6 +92,8 @@ def pretraining_dataset(
         num_parallel_calls=cycle_length if is_training else None,
         deterministic=(seed is not None) if is_training else None,
     )
+    if pipelines > 1 and not shard_files:
+        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     if is_training:
         dataset = dataset.shuffle(100, seed=seed)
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in FEATURE_NAMES}
