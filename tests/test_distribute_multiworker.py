@@ -1,0 +1,83 @@
+"""MultiWorkerMirroredStrategy: two localhost worker processes train and keep one checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from distribute_fixtures import (
+    TINY_HPARAMS,
+    child_env,
+    free_ports,
+    parse_result,
+    write_tiny_data,
+)
+
+MULTI_WORKER_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from electra_tf.config import pretraining_config
+    from electra_tf.training import loop
+
+    data_dir, model_dir, hparams = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    hparams.update(model_dir=model_dir, distribution_strategy="multi_worker_mirrored")
+    config = pretraining_config("mw", data_dir, hparams=hparams)
+    result = loop.train(config)
+    print("DISTRIBUTE_RESULT " + json.dumps({"step": result.step,
+                                               "checkpoint": result.checkpoint,
+                                               "loss": result.metrics.get("loss")}), flush=True)
+    """
+)
+
+
+def test_multi_worker_two_processes_write_one_checkpoint(tmp_path):
+    data_dir = str(tmp_path / "data")
+    write_tiny_data(data_dir)
+    model_dir = str(tmp_path / "model")
+    script = tmp_path / "worker.py"
+    script.write_text(MULTI_WORKER_SCRIPT)
+    hparams = dict(
+        TINY_HPARAMS,
+        num_train_steps=4,
+        iterations_per_loop=2,
+        save_checkpoints_steps=4,
+        keep_checkpoint_max=3,
+    )
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), data_dir, model_dir, json.dumps(hparams)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(TF_CONFIG=tf_config),
+            )
+        )
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=420))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    results = [parse_result(out, err) for out, err in outputs]
+    assert [r["step"] for r in results] == [4, 4]
+    assert all(np.isfinite(r["loss"]) for r in results)
+    # Only the chief (worker 0) keeps a checkpoint; worker 1's scratch copy is gone.
+    files = sorted(os.listdir(model_dir))
+    assert [f for f in files if f.endswith(".index")] == ["ckpt-4.index"], files
+    assert not [f for f in files if f.startswith(".worker")], files
+    assert results[0]["checkpoint"].endswith("ckpt-4")
+    # Both workers applied the same all-reduced updates.
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"], rel=1e-6)
