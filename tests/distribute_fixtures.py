@@ -13,47 +13,13 @@ import os
 import socket
 
 import numpy as np
+from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# BERT's special ids (the pretrainer's defaults): [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102,
-# [MASK] 103.
-VOCAB = [f"w{i}" for i in range(128)]
-VOCAB[0], VOCAB[100], VOCAB[101], VOCAB[102], VOCAB[103] = (
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-)
 WORD_IDS = np.array([i for i in range(1, 128) if not 100 <= i <= 103])
-SEQ_LEN = 32
+SEQ_LEN = TINY_RUN_HPARAMS["max_seq_length"]
 RESULT_TAG = "DISTRIBUTE_RESULT "
-
-# A tiny model (D 2 x 32, G 2 x 8, E 16), dropout off so replicas and one device must agree.
-TINY_HPARAMS = {
-    "model_size": "small",
-    "model_hparam_overrides": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-    },
-    "embedding_size": 16,
-    "vocab_size": len(VOCAB),
-    "max_seq_length": SEQ_LEN,
-    "train_batch_size": 8,
-    "learning_rate": 1e-3,
-    "num_warmup_steps": 0,
-    "precision": "float32",
-    "jit_compile": False,
-}
-
-
-def write_vocab(data_dir: str) -> None:
-    with open(os.path.join(data_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(VOCAB) + "\n")
+TINY_HPARAMS = dict(TINY_RUN_HPARAMS, train_batch_size=8, precision="float32")
 
 
 def write_tiny_data(data_dir: str, num_examples: int = 64) -> str:
@@ -61,7 +27,7 @@ def write_tiny_data(data_dir: str, num_examples: int = 64) -> str:
     import tensorflow as tf
 
     os.makedirs(os.path.join(data_dir, "pretrain_tfrecords"), exist_ok=True)
-    write_vocab(data_dir)
+    write_bert_layout_vocab(data_dir)
     rng = np.random.default_rng(1)
     path = os.path.join(data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord-0")
     with tf.io.TFRecordWriter(path) as writer:

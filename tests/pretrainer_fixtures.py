@@ -1,6 +1,7 @@
 """Tiny pre-training configs and batches shared by the pretrainer tests (no files read)."""
 
 import contextlib
+import os
 
 import numpy as np
 
@@ -9,6 +10,44 @@ from electra_tf.config import pretraining_config
 CLS, SEP, MASK = 1, 2, 3
 SPECIAL_IDS = {"cls_id": CLS, "sep_id": SEP, "mask_id": MASK}
 VOCAB = 60
+
+# A vocabulary of 128 placeholder words with BERT's special ids (the pretrainer's defaults):
+# [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+BERT_LAYOUT_VOCAB = [f"w{i}" for i in range(128)]
+for _index, _token in (
+    (0, "[PAD]"),
+    (100, "[UNK]"),
+    (101, "[CLS]"),
+    (102, "[SEP]"),
+    (103, "[MASK]"),
+):
+    BERT_LAYOUT_VOCAB[_index] = _token
+
+# Hparams of a tiny run through the training loop (D 2 x 32, G 2 x 8, E 16, length 32) with
+# dropout off, so that runs compared with each other see the same networks.
+TINY_RUN_HPARAMS = {
+    "model_size": "small",
+    "model_hparam_overrides": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    },
+    "embedding_size": 16,
+    "vocab_size": len(BERT_LAYOUT_VOCAB),
+    "max_seq_length": 32,
+    "learning_rate": 1e-3,
+    "num_warmup_steps": 0,
+    "jit_compile": False,
+}
+
+
+def write_bert_layout_vocab(data_dir) -> None:
+    """`<data_dir>/vocab.txt` holding `BERT_LAYOUT_VOCAB`."""
+    with open(os.path.join(data_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(BERT_LAYOUT_VOCAB) + "\n")
 
 
 def tiny_config(**overrides):

@@ -12,7 +12,7 @@ from distribute_fixtures import (
     TINY_HPARAMS,
     child_env,
     parse_result,
-    write_vocab,
+    write_bert_layout_vocab,
 )
 
 MIRRORED_SCRIPT = textwrap.dedent(
@@ -88,7 +88,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
 def test_mirrored_two_devices_matches_one_device(tmp_path):
     steps = 3
-    write_vocab(str(tmp_path))
+    write_bert_layout_vocab(str(tmp_path))
     proc = subprocess.run(
         [
             sys.executable,

@@ -6,40 +6,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 from electra_tf.config import pretraining_config
 from electra_tf.optimization import create_optimizer
 from electra_tf.training import loop
 
-SEQ_LEN, BATCH = 32, 4
-HPARAMS = {
-    "model_size": "small",
-    "model_hparam_overrides": {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        # Dropout off: its random masks would differ between the runs compared.
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-    },
-    "embedding_size": 16,
-    "vocab_size": 128,
-    "max_seq_length": SEQ_LEN,
-    "train_batch_size": BATCH,
-    "learning_rate": 1e-3,
-    "num_warmup_steps": 0,
-    "jit_compile": False,
-}
+SEQ_LEN, BATCH = TINY_RUN_HPARAMS["max_seq_length"], 4
+HPARAMS = dict(TINY_RUN_HPARAMS, train_batch_size=BATCH)
 
 
 @pytest.fixture
 def data_dir(tmp_path):
-    tokens = [f"w{i}" for i in range(128)]
-    for index, token in ((0, "[PAD]"), (100, "[UNK]"), (101, "[CLS]"), (102, "[SEP]")):
-        tokens[index] = token
-    tokens[103] = "[MASK]"
-    (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    write_bert_layout_vocab(tmp_path)
     yield str(tmp_path)
     keras.mixed_precision.set_global_policy("float32")
 
