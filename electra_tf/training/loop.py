@@ -71,15 +71,18 @@ def build_strategy(config: PretrainingConfig) -> tf.distribute.Strategy:
     )
 
 
-def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
-    """(is_chief, task id): only the chief writes checkpoints, logs and TensorBoard."""
+def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int, int]:
+    """(is_chief, task id, number of workers): only the chief writes checkpoints, logs and
+    TensorBoard."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
-        return True, 0
+        return True, 0, 1
     task_type, task_id = resolver.task_type, resolver.task_id or 0
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    cluster = resolver.cluster_spec().as_dict()
+    has_chief = "chief" in cluster
     is_chief = task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
-    return is_chief, task_id
+    num_workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    return is_chief, task_id, num_workers
 
 
 # ---------------------------------------------------------------------- building blocks
@@ -241,7 +244,7 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     keras.mixed_precision.set_global_policy(config.precision)
     tf.random.set_seed(config.seed)
     strategy = build_strategy(config)
-    is_chief, worker_id = worker_role(strategy)
+    is_chief, worker_id, num_workers = worker_role(strategy)
     per_replica = config.train_batch_size // strategy.num_replicas_in_sync
     if per_replica % config.gradient_accumulation_steps:
         raise ConfigError(
@@ -302,7 +305,6 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
         return TrainResult(step, {}, restored)
     log_every = config.log_every_steps or config.iterations_per_loop
     train_steps = make_train_function(model, strategy, config.jit_compile)
-    num_workers = getattr(strategy.extended, "_num_workers", 1)
     reporter = ProgressReporter(
         total,
         step,
@@ -392,7 +394,7 @@ def evaluate(
     seconds = time.monotonic() - start
     line = " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())
     print(f"eval step {step} ({batches} batches, {seconds:.1f}s): {line}", file=stream, flush=True)
-    is_chief, _ = worker_role(strategy)
+    is_chief, _, _ = worker_role(strategy)
     if is_chief:
         out = os.path.join(model_dir, RESULTS_DIR, f"eval_step{step}.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)
