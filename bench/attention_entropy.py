@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -37,10 +36,7 @@ def layer_entropies(encoder, batch) -> list[float]:
     log_keys = np.log(np.maximum(real.sum(-1, keepdims=True), 2.0))  # [batch, 1, 1]
     out = []
     for layer in encoder.transformer_layers:
-        query = layer._split_heads(layer.query(hidden)) / math.sqrt(layer.head_size)
-        key = layer._split_heads(layer.key(hidden))
-        scores = tf.einsum("bqnd,bknd->bnqk", query, key) + bias
-        probs = tf.nn.softmax(scores, axis=-1).numpy()  # [batch, heads, seq, seq]
+        probs = layer.attention_probs(hidden, bias).numpy()  # [batch, heads, seq, seq]
         entropy = -(probs * np.log(probs + 1e-12)).sum(-1)  # [batch, heads, seq]
         normalised = entropy / log_keys * real
         out.append(float(normalised.sum() / (real.sum() * probs.shape[1])))

@@ -92,17 +92,22 @@ class TransformerLayer(ConfiguredLayer):
         # [batch, seq_len, heads, head_size]
         return tf.reshape(x, [batch, seq_len, self.num_heads, self.head_size])
 
-    def call(self, hidden, attention_bias, training=False):
-        batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
+    def attention_probs(self, hidden, attention_bias):
+        """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
         # Scaling q (L*H values) rather than the scores (L*L per head) is cheaper; same math.
         query = self._split_heads(self.query(hidden)) * (1.0 / math.sqrt(self.head_size))
         key = self._split_heads(self.key(hidden))
-        value = self._split_heads(self.value(hidden))
         scores = tf.einsum("bqnd,bknd->bnqk", query, key)  # [batch, heads, seq_q, seq_k]
         scores += tf.cast(attention_bias, scores.dtype)
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
-        probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
-        probs = self.attention_dropout(probs, training=training)
+        return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+
+    def call(self, hidden, attention_bias, training=False):
+        batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
+        value = self._split_heads(self.value(hidden))
+        probs = self.attention_dropout(
+            self.attention_probs(hidden, attention_bias), training=training
+        )
         context = tf.einsum("bnqk,bknd->bqnd", probs, value)  # [batch, seq_q, heads, head_size]
         # [batch, seq_len, hidden]
         context = tf.reshape(context, [batch, seq_len, self.config.hidden_size])
