@@ -118,6 +118,28 @@ def test_init_from_original_checkpoint(data_dir):
     assert "task_specific/sst/dense/kernel" in loaded
 
 
+def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
+    from electra_tf.checkpoints import write_original_files
+    from electra_tf.finetuning.registry import get_tasks, make_tokenizer
+    from electra_tf.finetuning.runner import ModelRunner
+    from electra_tf.modeling import TransformerEncoder
+
+    # Pre-trained with 4 fewer ids than data_dir/vocab.txt has: a vocabulary mix-up.
+    small = {**TINY, "vocab_size": TINY["vocab_size"] - 4, "task_names": ["sst"]}
+    encoder = TransformerEncoder(
+        finetuning_config("tiny", str(data_dir), small).model_config(), name="electra"
+    )
+    pretrained = data_dir / "models" / "tiny"
+    pretrained.mkdir(parents=True)
+    write_original_files(
+        {k: v.numpy() for k, v in encoder.variable_map("electra").items()}, str(pretrained), 1
+    )
+    config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
+    tasks = get_tasks(config, make_tokenizer(config))
+    with pytest.raises(ValueError, match=r"vocab\.txt has 20 entries but .* has 16 embedding rows"):
+        ModelRunner(config, tasks, str(data_dir / "run"))
+
+
 def test_tfrecord_cache_follows_max_seq_length(data_dir):
     from electra_tf.finetuning.preprocessing import Preprocessor
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer

@@ -93,6 +93,25 @@ def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
     return model_config, source
 
 
+def check_vocab_fits(
+    config: FinetuningConfig, model_config: ModelConfig, tasks: list[Task]
+) -> None:
+    """A vocabulary with more ids than the encoder has embedding rows: an error up front.
+
+    The usual cause: a checkpoint pre-trained with its own (smaller) vocabulary fine-tuned with
+    `<data_dir>/vocab.txt`, the original's default. Unchecked, that fails mid-training in an
+    out-of-range gather on CPU and reads zeros for the extra ids on GPU.
+    """
+    vocab = len(tasks[0].tokenizer.vocab)
+    if vocab > model_config.vocab_size:
+        source = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
+        raise ValueError(
+            f"vocabulary {config.resolved_vocab_file()} has {vocab} entries but {source} has "
+            f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary '
+            "the checkpoint was pre-trained with"
+        )
+
+
 class ModelRunner:
     """One trial: a model, its optimizer, its training and its evaluation."""
 
@@ -100,6 +119,7 @@ class ModelRunner:
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
         self.preprocessor = Preprocessor(config, tasks)
         model_config, source = resolve_encoder(config)
+        check_vocab_fits(config, model_config, tasks)
         self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
         if source is not None:
             from electra_tf import checkpoints
