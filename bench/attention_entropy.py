@@ -28,50 +28,24 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def layer_entropies(encoder, batch) -> list[float]:
-    """Normalised attention entropy of every layer of `encoder` on `batch` (no dropout)."""
+def attention_stats(encoder, batch) -> tuple[list[float], list[float]]:
+    """Per layer of `encoder` on `batch` (no dropout), averaged over real queries and heads:
+    the attention entropy / log(real keys), and the attention mass on positions q-1 and q+1."""
     import numpy as np
-    import tensorflow as tf
 
-    mask = tf.cast(batch["input_mask"], tf.float32)  # [batch, seq]
-    hidden = encoder.embeddings(batch["input_ids"], batch["segment_ids"], training=False)
-    if encoder.embeddings_project is not None:
-        hidden = encoder.embeddings_project(hidden)
-    bias = (1.0 - mask)[:, tf.newaxis, tf.newaxis, :] * -10000.0  # [batch, 1, 1, seq]
-    real = mask.numpy()[:, np.newaxis, :]  # [batch, 1, seq]: real query positions
+    real = batch["input_mask"].numpy().astype(np.float64)[:, np.newaxis, :]  # [batch, 1, seq]
     log_keys = np.log(np.maximum(real.sum(-1, keepdims=True), 2.0))  # [batch, 1, 1]
-    out = []
-    for layer in encoder.transformer_layers:
-        probs = layer.attention_probs(hidden, bias).numpy()  # [batch, heads, seq, seq]
+    entropies, neighbours = [], []
+    for layer_probs in encoder.attention_probs(batch):
+        probs = layer_probs.numpy()  # [batch, heads, seq, seq]
+        count = real.sum() * probs.shape[1]
         entropy = -(probs * np.log(probs + 1e-12)).sum(-1)  # [batch, heads, seq]
-        normalised = entropy / log_keys * real
-        out.append(float(normalised.sum() / (real.sum() * probs.shape[1])))
-        hidden = layer(hidden, bias, training=False)
-    return out
-
-
-def neighbour_mass(encoder, batch) -> list[float]:
-    """Mean attention mass on positions q-1 and q+1, over real queries and heads, per layer."""
-    import numpy as np
-    import tensorflow as tf
-
-    mask = tf.cast(batch["input_mask"], tf.float32)
-    hidden = encoder.embeddings(batch["input_ids"], batch["segment_ids"], training=False)
-    if encoder.embeddings_project is not None:
-        hidden = encoder.embeddings_project(hidden)
-    bias = (1.0 - mask)[:, tf.newaxis, tf.newaxis, :] * -10000.0
-    real = mask.numpy()[:, np.newaxis, :]  # [batch, 1, seq]
-    out = []
-    for layer in encoder.transformer_layers:
-        probs = layer.attention_probs(hidden, bias).numpy()  # [batch, heads, seq, seq]
-        left = np.diagonal(probs, offset=-1, axis1=2, axis2=3)  # [batch, heads, seq-1]: q -> q-1
-        right = np.diagonal(probs, offset=1, axis1=2, axis2=3)  # q -> q+1
+        entropies.append(float((entropy / log_keys * real).sum() / count))
         mass = np.zeros(probs.shape[:3])
-        mass[..., 1:] += left
-        mass[..., :-1] += right
-        out.append(float((mass * real).sum() / (real.sum() * probs.shape[1])))
-        hidden = layer(hidden, bias, training=False)
-    return out
+        mass[..., 1:] += np.diagonal(probs, offset=-1, axis1=2, axis2=3)  # q -> q-1
+        mass[..., :-1] += np.diagonal(probs, offset=1, axis1=2, axis2=3)  # q -> q+1
+        neighbours.append(float((mass * real).sum() / count))
+    return entropies, neighbours
 
 
 def auc(scores, labels) -> float:
@@ -140,11 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     networks = [("discriminator", model.discriminator)]
     if model.separate_generator:
         networks.append(("generator", model.generator))
-    for name, encoder in networks:
-        values = " ".join(f"{v:.3f}" for v in layer_entropies(encoder, batch))
-        print(f"{name:13s} layers 0..{len(encoder.transformer_layers) - 1}: {values}")
+    stats = {name: attention_stats(encoder, batch) for name, encoder in networks}
+    for name, (entropies, _) in stats.items():
+        values = " ".join(f"{v:.3f}" for v in entropies)
+        print(f"{name:13s} layers 0..{len(entropies) - 1}: {values}")
     seq_len = float(tf.reduce_mean(tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32), 1)))
-    values = " ".join(f"{v:.3f}" for v in neighbour_mass(model.discriminator, batch))
+    values = " ".join(f"{v:.3f}" for v in stats["discriminator"][1])
     print(f"discriminator attention on the two neighbours (uniform: {2 / seq_len:.3f}): {values}")
     if model.discriminator_head is not None:
         special = (model.special_ids["cls_id"], model.special_ids["sep_id"], 0)

@@ -59,8 +59,12 @@ def encoder(
     num_heads: int,
     scope: str = "electra",
     embeddings_scope: str = "electra",
+    attention_probs: list | None = None,
 ) -> np.ndarray:
-    """BERT post-LN encoder, no dropout. Returns [batch, seq_len, hidden]."""
+    """BERT post-LN encoder, no dropout. Returns [batch, seq_len, hidden].
+
+    `attention_probs`, if given, receives every layer's [batch, heads, seq_q, seq_k] weights.
+    """
     x = embed(w, input_ids, segment_ids, embeddings_scope)
     if f"{scope}/embeddings_project/kernel" in w:
         x = dense(w, f"{scope}/embeddings_project", x)
@@ -79,6 +83,8 @@ def encoder(
         k = heads(dense(w, f"{p}/attention/self/key", x))
         v = heads(dense(w, f"{p}/attention/self/value", x))
         probs = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias)
+        if attention_probs is not None:
+            attention_probs.append(probs)
         ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)
         attn = layer_norm(
             dense(w, f"{p}/attention/output/dense", ctx) + x,

@@ -118,6 +118,27 @@ def test_forward_matches_numpy_reference():
     np.testing.assert_allclose(out["cls_output"].numpy(), expected[:, 0], atol=1e-5, rtol=1e-5)
 
 
+def test_attention_probs_match_numpy_reference():
+    encoder = TransformerEncoder(TINY)
+    inputs = random_inputs()
+    expected = []
+    ref.encoder(
+        numpy_weights(encoder.variable_map()),
+        inputs["input_ids"],
+        inputs["input_mask"],
+        inputs["segment_ids"],
+        num_heads=2,
+        attention_probs=expected,
+    )
+    probs = encoder.attention_probs(inputs)
+    assert len(probs) == len(expected) == TINY.num_hidden_layers
+    for got, want in zip(probs, expected, strict=True):
+        assert got.shape == (3, 2, 7, 7)
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-6)
+    # Padded keys get no weight (the third sequence has 2 real tokens).
+    assert float(np.max(probs[0].numpy()[2, :, :, 2:])) < 1e-6
+
+
 def test_heads_match_numpy_reference():
     encoder = TransformerEncoder(TINY)
     generator_head = GeneratorHead(TINY, encoder.embeddings)

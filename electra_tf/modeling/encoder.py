@@ -77,7 +77,8 @@ class TransformerEncoder(ConfiguredLayer):
             build_sublayer(layer, None)
         super().build(input_shape)
 
-    def call(self, inputs, training=False):
+    def _first_layer_inputs(self, inputs, training):
+        """(embedding output, the first layer's input, the additive attention bias)."""
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
         segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
         embedding_output = self.embeddings(input_ids, segment_ids, training=training)
@@ -86,7 +87,19 @@ class TransformerEncoder(ConfiguredLayer):
             hidden = self.embeddings_project(hidden)
         # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
         key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
-        attention_bias = (1.0 - key_mask) * -10000.0
+        return embedding_output, hidden, (1.0 - key_mask) * -10000.0
+
+    def attention_probs(self, inputs) -> list[tf.Tensor]:
+        """Every layer's attention weights [batch, heads, seq_q, seq_k], inference mode."""
+        _, hidden, attention_bias = self._first_layer_inputs(inputs, training=False)
+        probs = []
+        for layer in self.transformer_layers:
+            probs.append(layer.attention_probs(hidden, attention_bias))
+            hidden = layer(hidden, attention_bias, training=False)
+        return probs
+
+    def call(self, inputs, training=False):
+        embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, training)
         for layer in self.transformer_layers:
             hidden = layer(hidden, attention_bias, training=training)
         return {
