@@ -5,11 +5,15 @@ its sampling RNG `model.rng`), the optimizer (Adam slots, step counter, loss sca
 under the key `step` (what `electra_tf.checkpoints` reads), and the tf.data iterator, so a
 restart continues the data stream where the last checkpoint left it.
 
-Atomicity: `tf.train.CheckpointManager` first writes the checkpoint's files (TensorFlow writes
-the shards to a temporary directory and merges them into `<prefix>.index` / `.data-*`), and only
-then rewrites the `checkpoint` index file, itself written to a temporary file and renamed. So a
-process killed during a save leaves the index pointing at the previous complete checkpoint; the
-half-written prefix is never read and is overwritten when the run reaches that step again.
+Atomicity: a save writes the checkpoint's files first (TensorFlow writes the shards to a
+temporary directory and merges them into `<prefix>.index` / `.data-*`), then rewrites the
+`checkpoint` index file (a temporary file renamed over it) to name the new checkpoint and the
+ones still kept, and only then deletes the checkpoints that fell out of `max_to_keep`. So a
+process killed at any moment leaves an index whose every entry reads in full: a half-written
+prefix is never named (it is overwritten when the run reaches that step again), and a deleted
+one is never still listed. `tf.train.CheckpointManager` orders it differently (index, delete,
+index again), so a kill between its two index writes left entries naming deleted files; files
+orphaned by a kill after the index write are removed by the next save.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +31,9 @@ import tensorflow as tf
 from electra_tf.config import ConfigError, PretrainingConfig, save_config
 
 CONFIG_FILE = "config.json"  # the resolved config beside the checkpoints (electra_tf.checkpoints)
-CHECKPOINT_PREFIX = "ckpt"  # CheckpointManager's file prefix: ckpt-<step>.index, ...
+CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
+INDEX_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
+_CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)$")
 
 # Settings that change the checkpoint's variables or their shapes. Resuming with a different
 # value would fail deep inside the restore, or worse, silently restore into a different model.
@@ -110,7 +117,8 @@ class TrainingCheckpoints:
 
     Args:
       model_dir: the run's directory (the `checkpoint` index file and ckpt-<step>.* live there).
-      max_to_keep: checkpoints kept (the original's keep_checkpoint_max).
+      max_to_keep: checkpoints kept (the original's keep_checkpoint_max); 0 keeps every one,
+        as TF1's Saver did.
       is_chief: under multi-worker training only the chief keeps checkpoints; the others must
         still take part in the save (it is collective), so they write to a scratch directory
         that is deleted right after.
@@ -127,18 +135,22 @@ class TrainingCheckpoints:
         **objects: Any,
     ):
         self.model_dir = model_dir
+        self.max_to_keep = max_to_keep
         self.is_chief = is_chief
         self.checkpoint = tf.train.Checkpoint(**objects)
-        directory = model_dir if is_chief else os.path.join(model_dir, f".worker{worker_id}-tmp")
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint,
-            directory,
-            max_to_keep=max_to_keep,
-            checkpoint_name=CHECKPOINT_PREFIX,
+        self.directory = (
+            model_dir if is_chief else os.path.join(model_dir, f".worker{worker_id}-tmp")
         )
 
     def latest(self) -> str | None:
         return tf.train.latest_checkpoint(self.model_dir)
+
+    def kept(self) -> list[str]:
+        """The checkpoints the index names, oldest first, as file names relative to model_dir."""
+        state = tf.train.get_checkpoint_state(self.model_dir)
+        if state is None:
+            return []
+        return [os.path.basename(p) for p in state.all_model_checkpoint_paths]
 
     def restore_latest(self) -> str | None:
         """Restores the newest complete checkpoint (all saved objects must match)."""
@@ -154,10 +166,51 @@ class TrainingCheckpoints:
         return path
 
     def save(self, step: int) -> str:
-        path = self.manager.save(checkpoint_number=step)
+        """Writes ckpt-<step>, then the index, then deletes what fell out; returns the prefix."""
+        os.makedirs(self.directory, exist_ok=True)
+        name = f"{CHECKPOINT_PREFIX}-{step}"
+        path = self.checkpoint.write(os.path.join(self.directory, name))
         if not self.is_chief:
-            shutil.rmtree(self.manager.directory, ignore_errors=True)
+            shutil.rmtree(self.directory, ignore_errors=True)
+            return path
+        kept = [n for n in self.kept() if n != name] + [name]
+        if self.max_to_keep > 0:
+            kept = kept[-self.max_to_keep :]
+        self._write_index(kept)
+        self._delete_older_than(kept)
         return path
+
+    def _write_index(self, kept: list[str]) -> None:
+        # The CheckpointState text format; relative names, so a moved run directory still works.
+        lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
+        lines += [f"all_model_checkpoint_paths: {json.dumps(n)}" for n in kept]
+        index = os.path.join(self.model_dir, INDEX_FILE)
+        tmp = index + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, index)
+
+    def _delete_older_than(self, kept: list[str]) -> None:
+        """Deletes this run's checkpoint files older than the oldest kept one.
+
+        Only files named like our own checkpoints, and only steps below every kept one: a later
+        step on disk (a half-written save the run will redo) is left to be overwritten.
+        """
+        oldest = min(int(n.rsplit("-", 1)[1]) for n in kept)
+        for entry in os.listdir(self.model_dir):
+            match = _CHECKPOINT_FILE.match(entry)
+            if match is None or int(match.group(1)) >= oldest:
+                continue
+            full = os.path.join(self.model_dir, entry)
+            if os.path.isdir(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                try:
+                    os.remove(full)
+                except FileNotFoundError:
+                    pass
 
 
 def restore_weights(model: Any, path: str) -> None:
