@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from electra_tf.atomic_io import write_json
+
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 # Hidden size and depth per model size, as the original's `training_utils.get_bert_config`.
@@ -323,8 +325,4 @@ def pretraining_config(
 
 def save_config(config: Any, path: str) -> None:
     """Writes a config as JSON atomically (write to a temporary file, then rename)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_json(path, dataclasses.asdict(config), indent=2, sort_keys=True)

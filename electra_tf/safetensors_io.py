@@ -16,11 +16,12 @@ and so does `load_file`.
 from __future__ import annotations
 
 import json
-import os
 import struct
 from collections.abc import Mapping
 
 import numpy as np
+
+from electra_tf.atomic_io import write_bytes
 
 # The header's dtype codes and their little-endian NumPy equivalents. BF16 has no NumPy type;
 # ml_dtypes (a TensorFlow dependency) provides one and is imported only when needed.
@@ -158,8 +159,4 @@ def save_file(
     tensors: Mapping[str, np.ndarray], path: str, metadata: Mapping[str, str] | None = None
 ) -> None:
     """Writes `tensors` to `path` atomically (temporary file in the same folder, then rename)."""
-    payload = serialize(tensors, metadata)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(payload)
-    os.replace(tmp, path)
+    write_bytes(path, serialize(tensors, metadata))

@@ -26,6 +26,8 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from electra_tf.atomic_io import write_text
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -180,10 +182,7 @@ def write_tables(path: str = TABLE_FILE) -> None:
         "unidata_version": unicodedata.unidata_version,
         "classes": {name: [list(r) for r in ranges] for name, ranges in derive_tables().items()},
     }
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"))
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    write_text(path, json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def bmp_only(ranges: Ranges) -> Ranges:

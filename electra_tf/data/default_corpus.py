@@ -23,6 +23,8 @@ import sysconfig
 import time
 from collections.abc import Iterator
 
+from electra_tf.atomic_io import write_json, write_text
+
 MARKER = "default_corpus.complete.json"
 _FORMAT_VERSION = 1
 _PART_BYTES = 4_000_000
@@ -119,9 +121,7 @@ def write_corpus(data_dir: str, max_bytes: int) -> dict:
         buffer, part = writers[split]
         if buffer and (final or sum(map(len, buffer)) >= _PART_BYTES):
             path = os.path.join(data_dir, split, f"part-{part[0]:05d}.txt")
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                f.write("\n\n".join(buffer) + "\n")
-            os.replace(path + ".tmp", path)
+            write_text(path, "\n\n".join(buffer) + "\n")
             buffer.clear()
             part[0] += 1
 
@@ -246,8 +246,6 @@ def build_default_data(
         "files": _file_hashes(data_dir),
     }
     path = os.path.join(data_dir, MARKER)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(marker, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, marker, indent=1)
     log(f"default corpus complete in {marker['seconds']} s: {data_dir}")
     return marker

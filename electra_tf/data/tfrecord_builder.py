@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import multiprocessing
 import os
 import random
@@ -31,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from electra_tf.atomic_io import write_json
 from electra_tf.data.corpus import CorpusError, CorpusInput, iter_text_files, list_inputs
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
@@ -309,9 +309,7 @@ def _copy_spool(spool_path: str, writers: list, first_index: int) -> None:
 def _write_summary(options: BuildOptions, stats: BuildStats) -> None:
     summary = {"options": dataclasses.asdict(options), "stats": dataclasses.asdict(stats)}
     path = os.path.join(options.output_dir, SUMMARY_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(path, summary, indent=2)
 
 
 def shard_paths(output_dir: str) -> list[str]:

@@ -14,9 +14,9 @@ Layout: for vocabularies of at least 1000 entries, BERT's: [PAD]=0, [unused0..98
 from __future__ import annotations
 
 import collections
-import os
 from collections.abc import Iterable
 
+from electra_tf.atomic_io import write_text
 from electra_tf.data.corpus import iter_text_files, list_inputs
 from electra_tf.data.tokenization import BasicTokenizer
 
@@ -129,8 +129,4 @@ def frequency_vocab(word_counts: collections.Counter, vocab_size: int) -> list[s
 
 def write_vocab(tokens: list[str], path: str) -> None:
     """One token per line, written atomically."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(tokens) + "\n")
-    os.replace(tmp, path)
+    write_text(path, "\n".join(tokens) + "\n")

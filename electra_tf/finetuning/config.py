@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
+from electra_tf.atomic_io import write_json
 from electra_tf.config import (
     MODEL_SIZES,
     ConfigError,
@@ -307,8 +307,4 @@ def finetuning_config(
 
 
 def save_finetuning_config(config: FinetuningConfig, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, config.to_dict(), indent=2, sort_keys=True)

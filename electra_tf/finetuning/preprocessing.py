@@ -20,6 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from electra_tf.atomic_io import write_json
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import FeatureSpec, Task, shared_feature_specs
 
@@ -112,10 +113,7 @@ class Preprocessor:
                 writer.write(self.padding_example().SerializeToString())
                 n += 1
         os.replace(tmp, record_path)
-        tmp = f"{metadata_path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"n_examples": n, "key": key}, f, indent=2, sort_keys=True)
-        os.replace(tmp, metadata_path)
+        write_json(metadata_path, {"n_examples": n, "key": key}, indent=2, sort_keys=True)
         return record_path, n
 
     # ------------------------------------------------------------------ datasets

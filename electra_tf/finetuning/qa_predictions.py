@@ -11,12 +11,11 @@ it exceeds the threshold (official v2 script, `qa_na_threshold` -2.75).
 from __future__ import annotations
 
 import collections
-import json
 import os
-from typing import Any
 
 import numpy as np
 
+from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import squad_eval
 from electra_tf.finetuning.scorers import Scorer
 
@@ -59,14 +58,6 @@ def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:
     if orig_start is None or orig_end is None:
         return orig_text
     return orig_text[orig_start : orig_end + 1]
-
-
-def _atomic_json(obj: Any, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2)
-    os.replace(tmp, path)
 
 
 class SpanQAScorer(Scorer):
@@ -163,9 +154,9 @@ class SpanQAScorer(Scorer):
                 else:
                     null_odds[qid] = score_null - best_non_null[1] - best_non_null[2]
                 predictions[qid] = best_non_null[0]
-        _atomic_json(predictions, self.predictions_path())
+        write_json(self.predictions_path(), predictions, indent=2)
         if self.v2:
-            _atomic_json(null_odds, self.null_odds_path())
+            write_json(self.null_odds_path(), null_odds, indent=2)
         return predictions, null_odds
 
     def get_results(self) -> list[tuple[str, float]]:

@@ -7,7 +7,6 @@ Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -18,6 +17,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf import optimization
+from electra_tf.atomic_io import write_json, write_text
 from electra_tf.config import ModelConfig
 from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
 from electra_tf.finetuning.glue import SentenceTask
@@ -26,6 +26,7 @@ from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
+from electra_tf.training.checkpointing import TrainingCheckpoints
 
 
 def log(*args: Any) -> None:
@@ -159,12 +160,10 @@ class ModelRunner:
         self.save()
 
     def save(self) -> None:
-        checkpoint = tf.train.Checkpoint(model=self.model)
-        manager = tf.train.CheckpointManager(checkpoint, self.model_dir, max_to_keep=1)
-        manager.save(checkpoint_number=self.train_steps)
+        TrainingCheckpoints(self.model_dir, 1, model=self.model).save(self.train_steps)
         save_finetuning_config(self.config, os.path.join(self.model_dir, "finetuning_config.json"))
-        with open(os.path.join(self.model_dir, "model_config.json"), "w", encoding="utf-8") as f:
-            json.dump(self.model.model_config.to_dict(), f, indent=2)
+        model_config = self.model.model_config.to_dict()
+        write_json(os.path.join(self.model_dir, "model_config.json"), model_config, indent=2)
 
     def predict(self, tasks: list[Task], split: str):
         """Yields (task, per-example result dict) for every real example of the split."""
@@ -213,7 +212,7 @@ class ModelRunner:
                             value = labels[int(result["predictions"])]
                         rows.append((result["eid"], value))
                     path = os.path.join(out_dir, f"{task.name}_{split}_{trial}.tsv")
-                    _write_text(
+                    write_text(
                         path,
                         "index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in sorted(rows)),
                     )
@@ -226,21 +225,11 @@ class ModelRunner:
                     for q, a in predictions.items()
                 }
                 path = os.path.join(out_dir, f"{task.name}_test_{trial}_predictions.json")
-                _write_text(path, json.dumps(answers, indent=2))
-                _write_text(
-                    path.replace("_predictions.json", "_null_odds.json"), json.dumps(null_odds)
-                )
+                write_json(path, answers, indent=2)
+                write_json(path.replace("_predictions.json", "_null_odds.json"), null_odds)
                 log(f"Wrote {len(answers)} SQuAD test answers to {path}")
             else:
                 log(f"Skipping {task.name}: writing test predictions is GLUE / SQuAD 2.0 only")
-
-
-def _write_text(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -264,9 +253,9 @@ def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, fl
     for task, metrics in median.items():
         values = " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
         lines.append(f"median of {len(results)} {task}: {values}")
-    _write_text(config.results_path("txt"), "\n".join(lines) + "\n")
+    write_text(config.results_path("txt"), "\n".join(lines) + "\n")
     payload = {"trials": results, "median": median, "config": config.to_dict()}
-    _write_text(config.results_path("json"), json.dumps(payload, indent=2, default=str))
+    write_json(config.results_path("json"), payload, indent=2, default=str)
     log(f"Wrote results to {config.results_path('txt')}")
 
 

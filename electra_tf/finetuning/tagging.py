@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import heads, scorers
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import DataError, FeatureSpec, Task
@@ -89,11 +90,7 @@ class TaggingTask(Task):
                         spans = scorers.get_span_labels(sentence_tags)
                         tags.update(scorers.get_tags(spans, len(words), LABEL_ENCODING))
                 self._label_mapping = {tag: i for i, tag in enumerate(sorted(tags))}
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.tmp-{os.getpid()}"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(self._label_mapping, f)
-                os.replace(tmp, path)
+                write_json(path, self._label_mapping)
         return self._label_mapping
 
     def get_examples(self, split: str) -> list[TaggingExample]:

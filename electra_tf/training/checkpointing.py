@@ -28,6 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from electra_tf.atomic_io import write_text
 from electra_tf.config import ConfigError, PretrainingConfig, save_config
 
 CONFIG_FILE = "config.json"  # the resolved config beside the checkpoints (electra_tf.checkpoints)
@@ -184,13 +185,7 @@ class TrainingCheckpoints:
         # The CheckpointState text format; relative names, so a moved run directory still works.
         lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
         lines += [f"all_model_checkpoint_paths: {json.dumps(n)}" for n in kept]
-        index = os.path.join(self.model_dir, INDEX_FILE)
-        tmp = index + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, index)
+        write_text(os.path.join(self.model_dir, INDEX_FILE), "\n".join(lines) + "\n", sync=True)
 
     def _delete_older_than(self, kept: list[str]) -> None:
         """Deletes this run's checkpoint files older than the oldest kept one.

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import sys
@@ -26,6 +25,7 @@ from typing import Any, TextIO
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.atomic_io import write_json
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.optimization import create_optimizer
 from electra_tf.training.checkpointing import (
@@ -397,11 +397,7 @@ def evaluate(
     is_chief, _, _ = worker_role(strategy)
     if is_chief:
         out = os.path.join(model_dir, RESULTS_DIR, f"eval_step{step}.json")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        tmp = f"{out}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({**results, "checkpoint": prefix}, f, indent=2, sort_keys=True)
-        os.replace(tmp, out)
+        write_json(out, {**results, "checkpoint": prefix}, indent=2, sort_keys=True)
         reporter = ProgressReporter(0, step, os.path.join(model_dir, TENSORBOARD_DIR, "eval"))
         reporter.write_scalars(step, metrics)
         reporter.close()

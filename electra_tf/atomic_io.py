@@ -1,0 +1,39 @@
+"""Files written atomically: a temporary file in the same folder, renamed over the target.
+
+A reader (another worker, TF Serving, a resumed run) sees the old file or the new one, never a
+torn one, and a process killed mid-write leaves the old file in place. The temporary name
+carries the process id, so workers writing the same path do not trample each other's halves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
+    """Writes `data` to `path` atomically; `sync` also flushes it to disk before the rename."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text(path: str, text: str, sync: bool = False) -> None:
+    """Writes `text` (UTF-8) to `path` atomically."""
+    write_bytes(path, text.encode("utf-8"), sync)
+
+
+def write_json(path: str, obj: Any, **dump_kwargs: Any) -> None:
+    """Writes `obj` as JSON to `path` atomically; `dump_kwargs` go to `json.dumps`."""
+    write_text(path, json.dumps(obj, **dump_kwargs))
