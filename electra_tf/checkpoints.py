@@ -37,11 +37,11 @@ from electra_tf.checkpoint_config import (  # noqa: F401 (part of this module's 
 )
 from electra_tf.config import ModelConfig, PretrainingConfig, save_config
 from electra_tf.tf1_files import resolve_prefix, write_state_file
+from electra_tf.training.checkpointing import CHECKPOINT_PREFIX as NATIVE_PREFIX
 
 FORMATS = ("native", "original", "hf")
 CONFIG_FILE = "config.json"  # the resolved PretrainingConfig beside a native checkpoint
 ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
-NATIVE_PREFIX = "ckpt"  # tf.train.CheckpointManager's default prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 _LOG = logging.getLogger(__name__)
 

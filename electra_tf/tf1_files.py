@@ -3,11 +3,13 @@ file. (Reading is `tf.train.load_checkpoint`; writing tensors is `tf.raw_ops.Sav
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 import tensorflow as tf
 
+from electra_tf.atomic_io import write_text
 from electra_tf.checkpoint_config import CheckpointError
 
 
@@ -37,9 +39,15 @@ def resolve_prefix(path: str) -> str:
     raise CheckpointError(f"{path}: neither a directory nor a checkpoint prefix ({path}.index)")
 
 
-def write_state_file(directory: str, prefix_name: str) -> None:
-    # The `checkpoint` index file's text format; a relative path keeps the directory movable
-    # (TF resolves it against the directory, the original's Estimator included).
-    with open(os.path.join(directory, "checkpoint"), "w", encoding="utf-8") as f:
-        f.write(f'model_checkpoint_path: "{prefix_name}"\n')
-        f.write(f'all_model_checkpoint_paths: "{prefix_name}"\n')
+STATE_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
+
+
+def write_state_file(directory: str, *kept: str) -> None:
+    """Writes the `checkpoint` index file (atomically) naming `kept`, oldest first; the last is
+    the latest. Names are relative to `directory`, which keeps it movable (TF resolves them
+    against the directory, the original's Estimator included)."""
+    if not kept:
+        raise ValueError(f"{directory}: an index file must name at least one checkpoint")
+    lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
+    lines += [f"all_model_checkpoint_paths: {json.dumps(name)}" for name in kept]
+    write_text(os.path.join(directory, STATE_FILE), "\n".join(lines) + "\n", sync=True)

@@ -120,7 +120,7 @@ def test_death_while_writing_leaves_the_index_on_the_previous_checkpoint(tmp_pat
 
 
 def test_only_our_older_checkpoint_files_are_deleted(tmp_path):
-    keep = ["ckpt-1.txt", "ckpt-notes", "my-ckpt-1.index", "config.json", "ckpt-99.index"]
+    keep = ["ckpt-1", "ckpt-1.txt", "ckpt-notes", "my-ckpt-1.index", "config.json", "ckpt-99.index"]
     for name in keep:
         (tmp_path / name).write_text("user data")
     checkpoints, value = _checkpoints(tmp_path, max_to_keep=1)
@@ -130,3 +130,13 @@ def test_only_our_older_checkpoint_files_are_deleted(tmp_path):
     assert not (tmp_path / "ckpt-1.index").exists()
     assert not [f for f in os.listdir(tmp_path) if f.startswith("ckpt-1.data")]
     assert _assert_index_complete(tmp_path) == ["ckpt-2"]
+
+
+def test_an_index_naming_foreign_checkpoints_deletes_none_of_them(tmp_path):
+    # e.g. a converted original checkpoint (model.ckpt-N) in the directory a run resumes in.
+    (tmp_path / "model.ckpt-1000.index").write_text("not ours")
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-1000"\n')
+    checkpoints, value = _checkpoints(tmp_path, max_to_keep=2)
+    _save_steps(checkpoints, value, [1, 2])
+    assert (tmp_path / "model.ckpt-1000.index").read_text() == "not ours"
+    assert _assert_index_complete(tmp_path) == ["ckpt-1", "ckpt-2"]

@@ -11,9 +11,9 @@ temporary directory and merges them into `<prefix>.index` / `.data-*`), then rew
 ones still kept, and only then deletes the checkpoints that fell out of `max_to_keep`. So a
 process killed at any moment leaves an index whose every entry reads in full: a half-written
 prefix is never named (it is overwritten when the run reaches that step again), and a deleted
-one is never still listed. `tf.train.CheckpointManager` orders it differently (index, delete,
-index again), so a kill between its two index writes left entries naming deleted files; files
-orphaned by a kill after the index write are removed by the next save.
+one is never still listed; files orphaned by a kill after the index write go at the next save.
+(`tf.train.CheckpointManager` writes the index, deletes, then writes the index again, so a kill
+between its two index writes left entries naming deleted files.)
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.atomic_io import write_text
 from electra_tf.config import ConfigError, PretrainingConfig, save_config
+from electra_tf.tf1_files import write_state_file
 
 CONFIG_FILE = "config.json"  # the resolved config beside the checkpoints (electra_tf.checkpoints)
 CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
-INDEX_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
-_CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)$")
+# A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
+_CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)?$")
 
 # Settings that change the checkpoint's variables or their shapes. Resuming with a different
 # value would fail deep inside the restore, or worse, silently restore into a different model.
@@ -177,15 +177,9 @@ class TrainingCheckpoints:
         kept = [n for n in self.kept() if n != name] + [name]
         if self.max_to_keep > 0:
             kept = kept[-self.max_to_keep :]
-        self._write_index(kept)
+        write_state_file(self.model_dir, *kept)
         self._delete_older_than(kept)
         return path
-
-    def _write_index(self, kept: list[str]) -> None:
-        # The CheckpointState text format; relative names, so a moved run directory still works.
-        lines = [f"model_checkpoint_path: {json.dumps(kept[-1])}"]
-        lines += [f"all_model_checkpoint_paths: {json.dumps(n)}" for n in kept]
-        write_text(os.path.join(self.model_dir, INDEX_FILE), "\n".join(lines) + "\n", sync=True)
 
     def _delete_older_than(self, kept: list[str]) -> None:
         """Deletes this run's checkpoint files older than the oldest kept one.
@@ -193,10 +187,13 @@ class TrainingCheckpoints:
         Only files named like our own checkpoints, and only steps below every kept one: a later
         step on disk (a half-written save the run will redo) is left to be overwritten.
         """
-        oldest = min(int(n.rsplit("-", 1)[1]) for n in kept)
+        steps = [int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, kept) if m is not None]
+        if not steps:
+            return
+        oldest = min(steps)
         for entry in os.listdir(self.model_dir):
             match = _CHECKPOINT_FILE.match(entry)
-            if match is None or int(match.group(1)) >= oldest:
+            if match is None or match.group(2) is None or int(match.group(1)) >= oldest:
                 continue
             full = os.path.join(self.model_dir, entry)
             if os.path.isdir(full):
