@@ -84,6 +84,23 @@ def test_eval_writes_metrics(trained):
     assert "eval step 6" in out.getvalue()
 
 
+def test_every_checkpoint_is_scored_on_the_same_corruption(tmp_path):
+    # At learning rate 0 the checkpoints differ only in their step and sampling-RNG state, so
+    # evaluation on the same masks and Gumbel noise must give identical metrics.
+    data = write_corpus(tmp_path / "data", num_records=16)
+    frozen = {"num_train_steps": 4, "save_checkpoints_steps": 2, "learning_rate": 0.0}
+    with _capture():
+        assert _main(data, "frozen", **frozen) == 0
+        argv = ["--data-dir", str(data), "--model-name", "frozen", "--preset", "tiny"]
+        evaluate = hparams(**frozen, do_train=False, do_eval=True)
+        assert pretrain.main([*argv, "--all-checkpoints", "--hparams", evaluate]) == 0
+    results = data / "models" / "frozen" / "results"
+    at_2, at_4 = (json.loads((results / f"eval_step{s}.json").read_text()) for s in (2, 4))
+    assert at_2["global_step"] == 2 and at_4["global_step"] == 4
+    for key in ("masked_lm_accuracy", "masked_lm_loss", "disc_auc", "disc_loss", "loss"):
+        assert at_2[key] == at_4[key], key
+
+
 def test_refuses_to_resume_a_differently_shaped_model(trained, capsys):
     data, _ = trained
     overrides = {"hidden_size": 48, "num_hidden_layers": 1, "num_attention_heads": 2}

@@ -358,7 +358,10 @@ def evaluate(
     config: PretrainingConfig, checkpoint: str | None = None, stream: TextIO | None = None
 ) -> dict[str, float]:
     """`num_eval_steps` batches of `eval_tfrecords` (default: the training files) through the
-    model's `test_step`; prints the metrics and writes `<model_dir>/results/eval_step<N>.json`."""
+    model's `test_step`; prints the metrics and writes `<model_dir>/results/eval_step<N>.json`.
+
+    The corruption is drawn from `seed`, the same for every checkpoint (the original drew it
+    afresh at each evaluation)."""
     stream = stream or sys.stdout
     model_dir = config.resolved_model_dir()
     keras.mixed_precision.set_global_policy(config.precision)
@@ -374,6 +377,10 @@ def evaluate(
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()  # optimizer and data position are not needed to evaluate
     status.assert_existing_objects_matched()
+    # The restored sampling RNG is the training stream's, at a different state in every
+    # checkpoint; reseeding it scores every checkpoint on the same masked positions and Gumbel
+    # noise, so differences between checkpoints are the model's, not the draw's.
+    model.rng.reset_from_seed(config.seed)
     step = int(tf.train.load_checkpoint(prefix).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE"))
     pattern = config.eval_tfrecords or config.resolved_pretrain_tfrecords()
     dataset = make_dataset(config, strategy, pattern, config.eval_batch_size, False)
