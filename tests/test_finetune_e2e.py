@@ -140,6 +140,47 @@ def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
         ModelRunner(config, tasks, str(data_dir / "run"))
 
 
+def test_a_checkpoint_pretrained_with_another_vocabulary_is_warned_about(data_dir, capsys):
+    import dataclasses
+
+    from electra_tf.checkpoints import build_pretrainer, write_native_files
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.finetuning.registry import get_tasks, make_tokenizer
+    from electra_tf.finetuning.runner import ModelRunner
+
+    # Pre-trained with "good" and "bad" at each other's ids: the same size, other meanings.
+    swapped = (data_dir / "vocab.txt").read_text().replace("good", "TMP")
+    swapped = swapped.replace("bad", "good").replace("TMP", "bad")
+    (data_dir / "pretraining_vocab.txt").write_text(swapped)
+    overrides = {k: TINY[k] for k in ("model_hparam_overrides", "embedding_size", "vocab_size")}
+    pretraining = dataclasses.replace(
+        PretrainingConfig(),
+        model_size="small",
+        vocab_file=str(data_dir / "pretraining_vocab.txt"),
+        max_seq_length=TINY["max_seq_length"],
+        **overrides,
+    ).resolve()
+    pretrained = data_dir / "models" / "tiny"
+    write_native_files(build_pretrainer(pretraining), str(pretrained), pretraining, 3)
+
+    config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
+    tasks = get_tasks(config, make_tokenizer(config))
+    ModelRunner(config, tasks, str(data_dir / "run"))
+    out = capsys.readouterr().out
+    assert "Loaded" in out and "(native)" in out
+    assert "pretraining_vocab.txt" in out and "2 of its 20 tokens have another id" in out
+
+    # The vocabulary it was pre-trained with: no warning.
+    matching = {
+        **TINY,
+        "task_names": ["sst"],
+        "vocab_file": str(data_dir / "pretraining_vocab.txt"),
+    }
+    config = finetuning_config("tiny", str(data_dir), matching)
+    ModelRunner(config, get_tasks(config, make_tokenizer(config)), str(data_dir / "run2"))
+    assert "WARNING" not in capsys.readouterr().out
+
+
 def test_tfrecord_cache_follows_max_seq_length(data_dir):
     from electra_tf.finetuning.preprocessing import Preprocessor
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer

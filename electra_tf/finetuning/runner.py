@@ -113,6 +113,31 @@ def check_vocab_fits(
         )
 
 
+def check_vocab_matches(config: FinetuningConfig, source: Any, tasks: list[Task]) -> None:
+    """Warns when a native checkpoint was pre-trained with a different vocabulary file.
+
+    The run's config.json records the vocabulary it used; when that file still exists and its
+    token -> id map differs from the one fine-tuning tokenizes with, the encoder's embedding
+    rows mean other tokens. A warning, not an error: editing a copy (BERT's [unusedN] slots
+    given domain words) is deliberate.
+    """
+    if source is None or source.fmt != "native":
+        return
+    recorded, used = source.config.resolved_vocab_file(), config.resolved_vocab_file()
+    if not os.path.isfile(recorded) or os.path.samefile(recorded, used):
+        return
+    from electra_tf.data.tokenization import load_vocab
+
+    theirs, ours = load_vocab(recorded, required=()), tasks[0].tokenizer.vocab
+    moved = sum(ours.get(token) != i for token, i in theirs.items())
+    if moved:
+        log(
+            f"WARNING: {used} is not the vocabulary {source.path} was pre-trained with "
+            f"({recorded}): {moved} of its {len(theirs)} tokens have another id or none. "
+            'Set "vocab_file" to the pre-training vocabulary unless the change is deliberate.'
+        )
+
+
 class ModelRunner:
     """One trial: a model, its optimizer, its training and its evaluation."""
 
@@ -121,6 +146,7 @@ class ModelRunner:
         self.preprocessor = Preprocessor(config, tasks)
         model_config, source = resolve_encoder(config)
         check_vocab_fits(config, model_config, tasks)
+        check_vocab_matches(config, source, tasks)
         self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
         if source is not None:
             from electra_tf import checkpoints
