@@ -97,10 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 128 + result.interrupted_by if result.interrupted_by else 0
         prefixes = [None]
         if args.all_checkpoints:
-            import tensorflow as tf
+            from electra_tf.training.checkpointing import kept_checkpoints
 
-            state = tf.train.get_checkpoint_state(config.resolved_model_dir())
-            prefixes = list(state.all_model_checkpoint_paths) if state else [None]
+            prefixes = kept_checkpoints(config.resolved_model_dir()) or [None]
         for prefix in prefixes:
             loop.evaluate(config, prefix)
         return 0

@@ -107,6 +107,12 @@ def check_resumable(saved_path: str, config: PretrainingConfig) -> None:
     )
 
 
+def kept_checkpoints(model_dir: str) -> list[str]:
+    """The checkpoint prefixes the `checkpoint` index names, oldest first ([] without one)."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
 def write_run_config(config: PretrainingConfig, model_dir: str) -> str:
     path = os.path.join(model_dir, CONFIG_FILE)
     save_config(config, path)  # atomic: temporary file + rename
@@ -146,13 +152,6 @@ class TrainingCheckpoints:
     def latest(self) -> str | None:
         return tf.train.latest_checkpoint(self.model_dir)
 
-    def kept(self) -> list[str]:
-        """The checkpoints the index names, oldest first, as file names relative to model_dir."""
-        state = tf.train.get_checkpoint_state(self.model_dir)
-        if state is None:
-            return []
-        return [os.path.basename(p) for p in state.all_model_checkpoint_paths]
-
     def restore_latest(self) -> str | None:
         """Restores the newest complete checkpoint (all saved objects must match)."""
         path = self.latest()
@@ -174,7 +173,8 @@ class TrainingCheckpoints:
         if not self.is_chief:
             shutil.rmtree(self.directory, ignore_errors=True)
             return path
-        kept = [n for n in self.kept() if n != name] + [name]
+        kept = [os.path.basename(p) for p in kept_checkpoints(self.model_dir)]
+        kept = [n for n in kept if n != name] + [name]
         if self.max_to_keep > 0:
             kept = kept[-self.max_to_keep :]
         write_state_file(self.model_dir, *kept)
