@@ -100,14 +100,6 @@ def check_writable(version_dir: str, overwrite: bool) -> None:
 
 
 # ------------------------------------------------------------------------------ sources
-def vocab_tokens(vocab: dict[str, int]) -> list[str]:
-    """The vocabulary in id order (ids without a line, if any, map to "")."""
-    tokens = [""] * (max(vocab.values()) + 1)
-    for token, index in vocab.items():
-        tokens[index] = token
-    return tokens
-
-
 def find_vocab(model_dir: str, fallback: str, override: str | None) -> str:
     """`--vocab-file`, else the model dir's vocab.txt, else the config's vocabulary."""
     for path in (override, os.path.join(model_dir, "vocab.txt"), fallback):

@@ -17,7 +17,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.export import ExportError, ExportSpec, config_json, find_vocab, vocab_tokens
+from electra_tf.export import ExportError, ExportSpec, config_json, find_vocab
 from electra_tf.modeling import DiscriminatorHead, TransformerEncoder
 from electra_tf.serving import ServingModule
 from electra_tf.serving_features import TextFeaturizer
@@ -75,7 +75,7 @@ def serving_module(
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
     """
-    from electra_tf.data.tokenization import load_vocab
+    from electra_tf.data.tokenization import load_vocab, vocab_tokens
 
     vocab = load_vocab(vocab_file)
     tokenizer = _tokenizer(vocab_file, do_lower_case, strip_accents)

@@ -52,14 +52,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingConfig:
     """Reads the vocab, and sizes the embedding table from it unless vocab_size was given."""
-    from electra_tf.data.tokenization import load_vocab
+    from electra_tf.data.tokenization import id_count, load_vocab
 
     path = config.resolved_vocab_file()
     try:
         vocab = load_vocab(path)
     except (OSError, ValueError) as e:
         raise ConfigError(f"vocab_file: {e}") from e
-    size = max(vocab.values()) + 1
+    size = id_count(vocab)
     if size == config.vocab_size:
         return config
     if "vocab_size" in explicit:

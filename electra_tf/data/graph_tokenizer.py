@@ -18,7 +18,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.data import charclasses
-from electra_tf.data.tokenization import MAX_CHARS_PER_WORD, load_vocab
+from electra_tf.data.tokenization import MAX_CHARS_PER_WORD, load_vocab, vocab_tokens
 
 
 class GraphTokenizer(tf.Module):
@@ -45,9 +45,7 @@ class GraphTokenizer(tf.Module):
         super().__init__(name=name)
         vocab = load_vocab(vocab_file)
         # FastWordpieceTokenizer numbers tokens by list position, so pass them in id order.
-        tokens = [""] * (max(vocab.values()) + 1)
-        for token, index in vocab.items():
-            tokens[index] = token
+        tokens = vocab_tokens(vocab)
         self.vocab_size = len(tokens)
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents and do_lower_case

@@ -34,7 +34,7 @@ from electra_tf.atomic_io import write_json
 from electra_tf.data.corpus import CorpusError, CorpusInput, iter_text_files, list_inputs
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
-from electra_tf.data.tokenization import FullTokenizer, load_vocab
+from electra_tf.data.tokenization import FullTokenizer, id_count, load_vocab
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
 SUMMARY_FILE = "build_summary.json"
@@ -113,7 +113,7 @@ def _init_worker(options: BuildOptions, spool_dir: str, progress_counter) -> Non
         options=options,
         spool_dir=spool_dir,
         tokenizer=tokenizer,
-        serializer=ExampleSerializer(options.max_seq_length, max(tokenizer.vocab.values()) + 1),
+        serializer=ExampleSerializer(options.max_seq_length, id_count(tokenizer.vocab)),
         counter=progress_counter,
     )
 

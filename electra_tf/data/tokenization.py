@@ -61,6 +61,20 @@ def load_vocab(path: str, required: tuple[str, ...] = SPECIAL_TOKENS) -> dict[st
     return vocab
 
 
+def id_count(vocab: dict[str, int]) -> int:
+    """The ids a vocabulary spans, its largest id + 1: the embedding rows it needs. Not
+    `len(vocab)`: a duplicated token keeps its last line, leaving the earlier line's id unused."""
+    return max(vocab.values()) + 1
+
+
+def vocab_tokens(vocab: dict[str, int]) -> list[str]:
+    """The vocabulary in id order (ids without a line, if any, map to "")."""
+    tokens = [""] * id_count(vocab)
+    for token, index in vocab.items():
+        tokens[index] = token
+    return tokens
+
+
 class _Patterns:
     """The BasicTokenizer steps as compiled regular expressions (see charclasses.py)."""
 

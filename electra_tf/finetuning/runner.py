@@ -19,6 +19,7 @@ import tf_keras as keras
 from electra_tf import optimization
 from electra_tf.atomic_io import write_json, write_text
 from electra_tf.config import ModelConfig
+from electra_tf.data.tokenization import load_vocab
 from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
 from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
@@ -126,8 +127,6 @@ def check_vocab_matches(config: FinetuningConfig, source: Any, tasks: list[Task]
     recorded, used = source.config.resolved_vocab_file(), config.resolved_vocab_file()
     if not os.path.isfile(recorded) or os.path.samefile(recorded, used):
         return
-    from electra_tf.data.tokenization import load_vocab
-
     theirs, ours = load_vocab(recorded, required=()), tasks[0].tokenizer.vocab
     moved = sum(ours.get(token) != i for token, i in theirs.items())
     if moved:
