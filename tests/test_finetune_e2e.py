@@ -118,14 +118,14 @@ def test_init_from_original_checkpoint(data_dir):
     assert "task_specific/sst/dense/kernel" in loaded
 
 
-def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
+def _runner_over_original_checkpoint(data_dir, vocab_size):
+    """A ModelRunner for sst over an original-format checkpoint with `vocab_size` rows."""
     from electra_tf.checkpoints import write_original_files
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
     from electra_tf.finetuning.runner import ModelRunner
     from electra_tf.modeling import TransformerEncoder
 
-    # Pre-trained with 4 fewer ids than data_dir/vocab.txt has: a vocabulary mix-up.
-    small = {**TINY, "vocab_size": TINY["vocab_size"] - 4, "task_names": ["sst"]}
+    small = {**TINY, "vocab_size": vocab_size, "task_names": ["sst"]}
     encoder = TransformerEncoder(
         finetuning_config("tiny", str(data_dir), small).model_config(), name="electra"
     )
@@ -136,8 +136,22 @@ def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
     )
     config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
     tasks = get_tasks(config, make_tokenizer(config))
+    return ModelRunner(config, tasks, str(data_dir / "run"))
+
+
+def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
+    # Pre-trained with 4 fewer ids than data_dir/vocab.txt has: a vocabulary mix-up.
     with pytest.raises(ValueError, match=r"vocab\.txt has 20 entries but .* has 16 embedding rows"):
-        ModelRunner(config, tasks, str(data_dir / "run"))
+        _runner_over_original_checkpoint(data_dir, TINY["vocab_size"] - 4)
+
+
+def test_a_duplicated_vocabulary_line_counts_by_its_ids(data_dir):
+    # 20 distinct tokens on 21 lines: the last token's id is 20, one past 20 embedding rows.
+    vocab = data_dir / "vocab.txt"
+    lines = vocab.read_text().split("\n")
+    vocab.write_text("\n".join([*lines[:-1], "the", lines[-1]]))
+    with pytest.raises(ValueError, match=r"vocab\.txt has 21 entries but .* has 20 embedding rows"):
+        _runner_over_original_checkpoint(data_dir, TINY["vocab_size"])
 
 
 def test_a_checkpoint_pretrained_with_another_vocabulary_is_warned_about(data_dir, capsys):

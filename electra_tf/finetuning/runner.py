@@ -19,7 +19,7 @@ import tf_keras as keras
 from electra_tf import optimization
 from electra_tf.atomic_io import write_json, write_text
 from electra_tf.config import ModelConfig
-from electra_tf.data.tokenization import load_vocab
+from electra_tf.data.tokenization import id_count, load_vocab
 from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
 from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
@@ -104,7 +104,7 @@ def check_vocab_fits(
     `<data_dir>/vocab.txt`, the original's default. Unchecked, that fails mid-training in an
     out-of-range gather on CPU and reads zeros for the extra ids on GPU.
     """
-    vocab = len(tasks[0].tokenizer.vocab)
+    vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
     if vocab > model_config.vocab_size:
         source = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
         raise ValueError(
