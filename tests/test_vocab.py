@@ -27,6 +27,12 @@ def test_wordpiece_learner_small_layout(tmp_path):
     ids = [i for line in TEXT for i in tokenizer.tokenize_to_ids(line)]
     assert tokenizer.unk_id not in ids  # every training word decomposes
     assert "naive" in " ".join(tokenizer.tokenize("naïve")).replace(" ##", "")
+    # Words the learner never saw whole still decompose, through "##" suffix pieces.
+    assert any(t.startswith("##") and len(t) > 2 for t in tokens) and "##" not in tokens
+    for word in ("jumpers", "dogfox", "walked"):
+        pieces = tokenizer.tokenize(word)
+        assert "[UNK]" not in pieces and len(pieces) > 1, (word, pieces)
+        assert all(p.startswith("##") for p in pieces[1:]), (word, pieces)
 
 
 def test_bert_layout_for_full_size_vocab(tmp_path):

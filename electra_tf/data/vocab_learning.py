@@ -17,7 +17,7 @@ import collections
 from collections.abc import Iterable
 
 from electra_tf.atomic_io import write_text
-from electra_tf.data.corpus import iter_text_files, list_inputs
+from electra_tf.data.corpus import gutenberg_body, iter_text_files, list_inputs
 from electra_tf.data.tokenization import BasicTokenizer
 
 _BERT_LAYOUT_MIN_SIZE = 1000
@@ -41,14 +41,18 @@ def count_words(
     return counts
 
 
-def corpus_lines(corpus_dir: str, max_bytes: int | None = None) -> Iterable[str]:
-    """Lines of every readable text file under `corpus_dir` (sorted), up to `max_bytes`."""
+def corpus_lines(
+    corpus_dir: str, max_bytes: int | None = None, strip_gutenberg: bool = False
+) -> Iterable[str]:
+    """Lines of every readable text file under `corpus_dir` (sorted), up to `max_bytes`;
+    with `strip_gutenberg`, only each file's text between its Gutenberg START/END markers."""
     read = 0
     for item in list_inputs(corpus_dir):
         for text_file in iter_text_files(item):
             if text_file.skip_reason:
                 continue
-            for line in text_file.lines():
+            lines = text_file.lines()
+            for line in gutenberg_body(lines) if strip_gutenberg else lines:
                 read += len(line)
                 yield line
                 if max_bytes is not None and read >= max_bytes:
@@ -77,10 +81,13 @@ def learn_vocab(
         lower_thresh=1,
         num_iterations=num_iterations,
         max_unique_chars=max_unique_chars,
-        include_joiner_token=False,
+        # True is what makes the learner write suffix pieces as "##piece" (and "##" + every
+        # character); with False it drops the prefix, and unseen words become [UNK].
+        include_joiner_token=True,
     )
     # The learner lists reserved tokens first, in our order; keep the first of any duplicate.
-    seen: set[str] = set()
+    # The bare joiner "##" is not a piece BERT's vocabularies have.
+    seen: set[str] = {"##"}
     unique = [t for t in vocab if not (t in seen or seen.add(t))]
     assert unique[: len(reserved)] == reserved, "reserved tokens lost their ids"
     return unique[:vocab_size]
