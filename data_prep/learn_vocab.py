@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         default="wordpiece",
         help="wordpiece: tensorflow-text's learner (slow); frequency: fast, see frequency_vocab.",
     )
+    parser.add_argument(
+        "--strip-gutenberg-boilerplate",
+        dest="strip_gutenberg",
+        action="store_true",
+        help="Keep only the text between each file's Project Gutenberg START and END lines.",
+    )
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if os.path.exists(args.vocab_file) and not args.overwrite:
@@ -39,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     max_bytes = int(args.max_corpus_mb * 1e6) or None
     try:
-        lines = vocab_learning.corpus_lines(args.corpus_dir, max_bytes)
+        lines = vocab_learning.corpus_lines(args.corpus_dir, max_bytes, args.strip_gutenberg)
         counts = vocab_learning.count_words(lines, args.do_lower_case, args.strip_accents)
         if args.method == "wordpiece":
             tokens = vocab_learning.learn_vocab(counts, args.vocab_size)

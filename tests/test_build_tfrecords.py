@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.data import vocab_learning
 from electra_tf.data.cli_flags import add_build_flags
+from electra_tf.data.corpus import gutenberg_body
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
 
@@ -293,3 +295,37 @@ def test_serializer_matches_tf_train_example():
         ].numpy(),
         ids + [0],
     )
+
+
+def test_gutenberg_boilerplate_is_stripped_only_when_asked(tmp_path):
+    corpus = tmp_path / "g"
+    corpus.mkdir()
+    book = [
+        "\ufeffThe Project Gutenberg eBook of w0",
+        "a0 b0 w9",
+        "*** START OF THE PROJECT GUTENBERG EBOOK W0 ***",
+        "a0 b0 w1",
+        "a0 b0 w2",
+        "*** END OF THE PROJECT GUTENBERG EBOOK W0 ***",
+        "a0 b0 w8 licence",
+    ]
+    (corpus / "pg1.txt").write_text("\n".join(book) + "\n", encoding="utf-8")
+    # No START marker: nothing is dropped, whatever the flag says.
+    (corpus / "plain.txt").write_text("a1 b1 w3\na1 b1 w4\n", encoding="utf-8")
+    kept = _build(tmp_path, corpus, out="kept", num_out_files=1, blanks_separate_docs=False)
+    body = _build(
+        tmp_path,
+        corpus,
+        out="body",
+        num_out_files=1,
+        blanks_separate_docs=False,
+        strip_gutenberg=True,
+    )
+    assert kept.lines == len(book) + 2
+    assert body.lines == 2 + 2
+    assert list(gutenberg_body(iter(book))) == book[3:5]
+    plain = [f"line {i}" for i in range(1200)]  # longer than the header search window
+    assert list(gutenberg_body(iter(plain))) == plain
+    assert list(gutenberg_body(iter(plain[:3]))) == plain[:3]
+    lines = vocab_learning.corpus_lines(str(corpus), strip_gutenberg=True)
+    assert sorted(line.strip() for line in lines) == sorted(book[3:5] + ["a1 b1 w3", "a1 b1 w4"])

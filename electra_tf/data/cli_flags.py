@@ -61,6 +61,12 @@ def add_build_flags(parser: argparse.ArgumentParser, one_doc_default: bool = Fal
         help="Allow a non-empty output directory; removes only files this tool writes.",
     )
     parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument(
+        "--strip-gutenberg-boilerplate",
+        dest="strip_gutenberg",
+        action="store_true",
+        help="Keep only the text between each file's Project Gutenberg START and END lines.",
+    )
 
 
 def options_from_flags(
@@ -79,6 +85,7 @@ def options_from_flags(
         num_out_files=args.num_out_files,
         overwrite=args.overwrite,
         progress=args.progress,
+        strip_gutenberg=args.strip_gutenberg,
     )
 
 

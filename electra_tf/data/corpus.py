@@ -22,6 +22,11 @@ from collections.abc import Iterator
 from typing import IO
 
 _SNIFF_BYTES = 8192
+# Project Gutenberg plain-text files wrap the book in a licence header and footer between
+# marker lines such as "*** START OF THE PROJECT GUTENBERG EBOOK ... ***".
+_PG_START = ("*** START OF THE PROJECT GUTENBERG", "*** START OF THIS PROJECT GUTENBERG")
+_PG_END = ("*** END OF THE PROJECT GUTENBERG", "*** END OF THIS PROJECT GUTENBERG")
+_PG_HEADER_MAX_LINES = 1000
 
 
 class CorpusError(ValueError):
@@ -96,6 +101,33 @@ class TextFile:
                 line = raw.decode("utf-8", errors="replace")
                 self.replaced_chars += line.count("\ufffd") - raw.count(b"\xef\xbf\xbd")
                 yield line
+
+
+def gutenberg_body(lines: Iterator[str]) -> Iterator[str]:
+    """The lines between a Project Gutenberg file's START and END marker lines.
+
+    A file whose first 1,000 lines hold no START marker is passed through whole (it is not a
+    Gutenberg file, or its header was already removed); text after an END marker is dropped.
+    Matching is case-insensitive and ignores leading spaces or a byte-order mark.
+    """
+    header: list[str] | None = []
+    for line in lines:
+        key = line.lstrip("\ufeff ").upper()
+        if header is not None:
+            if key.startswith(_PG_START):
+                header = None
+                continue
+            header.append(line)
+            if len(header) < _PG_HEADER_MAX_LINES:
+                continue
+            yield from header
+            header = None
+            continue
+        if key.startswith(_PG_END):
+            return
+        yield line
+    if header:
+        yield from header
 
 
 def _open_text(stream: IO[bytes], name: str) -> TextFile:

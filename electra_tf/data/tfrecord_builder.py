@@ -31,7 +31,13 @@ import tempfile
 import time
 
 from electra_tf.atomic_io import write_json
-from electra_tf.data.corpus import CorpusError, CorpusInput, iter_text_files, list_inputs
+from electra_tf.data.corpus import (
+    CorpusError,
+    CorpusInput,
+    gutenberg_body,
+    iter_text_files,
+    list_inputs,
+)
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
 from electra_tf.data.tokenization import FullTokenizer, id_count, load_vocab
@@ -58,6 +64,7 @@ class BuildOptions:
     num_out_files: int = 1000
     overwrite: bool = False
     progress: bool = True
+    strip_gutenberg: bool = False  # keep only the text between Gutenberg START/END markers
 
 
 @dataclasses.dataclass
@@ -153,7 +160,10 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
             builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
             in_document = False
             reported = 0
-            for line in text_file.lines():
+            lines = text_file.lines()
+            if options.strip_gutenberg:
+                lines = gutenberg_body(lines)
+            for line in lines:
                 line = line.strip()
                 if not line:
                     if options.blanks_separate_docs:
