@@ -218,3 +218,42 @@ def test_tfrecord_cache_follows_max_seq_length(data_dir):
     assert n_a == 16
     task_ids = np.concatenate([b["task_id"].numpy() for b in pre_a.dataset(path_a, False)])
     assert list(task_ids) == [0] * 11 + [1] * 5
+
+
+@pytest.mark.parametrize(
+    "finetuning_overrides,expected", [({}, 0.1), ({"hidden_dropout_prob": 0.3}, 0.3)]
+)
+def test_dropout_comes_from_the_finetuning_config(data_dir, finetuning_overrides, expected):
+    """A model pre-trained without dropout fine-tunes with the fine-tuning config's dropout;
+    the sizes still come from the checkpoint."""
+    from electra_tf.checkpoints import build_pretrainer, write_native_files
+    from electra_tf.config import pretraining_config
+    from electra_tf.finetuning.runner import resolve_encoder
+
+    shape = dict(TINY["model_hparam_overrides"])
+    no_dropout = {**shape, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    pre = pretraining_config(
+        "tiny",
+        str(data_dir),
+        hparams={
+            "model_hparam_overrides": no_dropout,
+            "embedding_size": 8,
+            "vocab_size": TINY["vocab_size"],
+            "max_seq_length": 12,
+        },
+    )
+    pretrained = data_dir / "models" / "tiny"
+    pretrained.mkdir(parents=True)
+    write_native_files(build_pretrainer(pre), str(pretrained), pre, 3)
+    # The fine-tuning config asks for another shape: the checkpoint's wins for the sizes.
+    other_shape = {"hidden_size": 32, "num_hidden_layers": 2, **finetuning_overrides}
+    config = finetuning_config(
+        "tiny",
+        str(data_dir),
+        {**TINY, "model_hparam_overrides": other_shape, "task_names": ["sst"]},
+    )
+    model_config, source = resolve_encoder(config)
+    assert source is not None and source.fmt == "native"
+    assert (model_config.hidden_size, model_config.num_hidden_layers) == (16, 1)
+    assert model_config.hidden_dropout_prob == expected
+    assert model_config.attention_probs_dropout_prob == 0.1

@@ -7,6 +7,7 @@ Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import statistics
@@ -74,11 +75,22 @@ class ProgressLogger(keras.callbacks.Callback):
         self.last_time, self.last_step = now, self.step
 
 
+# Encoder settings that do not change the weights' meaning: the fine-tuning config's win.
+FINETUNING_MODEL_FIELDS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "initializer_range",
+)
+
+
 def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
     """The encoder config and, unless initialising randomly, the source weights.
 
     A checkpoint's own config (saved beside it, or inferred from its shapes) wins over
-    `model_size`: the encoder must match the weights.
+    `model_size` for what defines the weights (sizes, vocabulary, activation); dropout and the
+    initializer range come from the fine-tuning config, as in the original, where fine-tuning
+    built its encoder from its own hparams. A model pre-trained without dropout still
+    fine-tunes with the fine-tuning config's dropout.
     """
     path = config.resolved_init_checkpoint()
     if not path:
@@ -86,7 +98,11 @@ def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
     from electra_tf import checkpoints
 
     source = checkpoints.read_weights(path, config.init_checkpoint_format)
-    model_config = source.config.discriminator_config()
+    finetuning = config.model_config()
+    model_config = dataclasses.replace(
+        source.config.discriminator_config(),
+        **{name: getattr(finetuning, name) for name in FINETUNING_MODEL_FIELDS},
+    )
     if model_config.max_position_embeddings < config.max_seq_length:
         raise ValueError(
             f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
