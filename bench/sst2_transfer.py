@@ -1,0 +1,194 @@
+"""Does pre-training help? SST-2 fine-tuning from several initialisations, one protocol for all.
+
+Every row (an initialisation: a pre-trained checkpoint, or `random`) gets the same treatment:
+
+1. The fine-tuning learning rate is chosen by a sweep on a validation split carved from SST-2's
+   training set (its last `--val-examples` sentences), never on the dev set.
+2. With that learning rate, `--seeds` trials fine-tune on the same first `--train-examples`
+   training sentences and are scored on the whole SST-2 dev set; the row's figure is their
+   median (the fine-tuning CLI's own `num_trials` median).
+
+Training sentences never include the validation slice. Each fine-tuning run is the project's
+own `python -m electra_tf.finetune`; a run whose results file exists is not repeated, so the
+script resumes where it stopped. `--full-epochs E` adds, per row, one trial on every training
+sentence (all but the validation slice) for E epochs, at the row's chosen learning rate.
+
+    python bench/sst2_transfer.py --glue-dir ../shared/data/glue/SST-2 --out data/sst2 \\
+        --vocab-file pretrained/electra-tiny-gutenberg/vocab.txt \\
+        --row electra=pretrained/electra-tiny-gutenberg --row random=random \\
+        --random-shape configs/gutenberg.json
+
+Results: `OUT/summary.json` and a Markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def split_sst2(glue_dir: str, out: str, val_examples: int) -> dict[str, str]:
+    """Writes the validation and dev data dirs; returns {"val": dir, "dev": dir}."""
+    with open(os.path.join(glue_dir, "train.tsv"), encoding="utf-8") as f:
+        header, *rows = f.read().splitlines()
+    if len(rows) <= val_examples:
+        raise SystemExit(f"error: {glue_dir}/train.tsv has only {len(rows)} sentences")
+    train, val = rows[:-val_examples], rows[-val_examples:]
+    with open(os.path.join(glue_dir, "dev.tsv"), encoding="utf-8") as f:
+        dev = f.read().splitlines()
+    dirs = {}
+    for split, dev_lines in (("val", [header, *val]), ("dev", dev)):
+        task_dir = os.path.join(out, split, "finetuning_data", "sst")
+        os.makedirs(task_dir, exist_ok=True)
+        for name, lines in (("train.tsv", [header, *train]), ("dev.tsv", dev_lines)):
+            path = os.path.join(task_dir, name)
+            text = "\n".join(lines) + "\n"
+            if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+        dirs[split] = os.path.join(out, split)
+    return dirs
+
+
+def random_init_hparams(shape_file: str) -> dict[str, Any]:
+    """The encoder shape of a pre-training config file, for a randomly initialised row."""
+    with open(shape_file, encoding="utf-8") as f:
+        pre = json.load(f)
+    shape = {k: v for k, v in pre.get("model_hparam_overrides", {}).items() if k in SHAPE_KEYS}
+    hparams: dict[str, Any] = {"init_checkpoint": None, "model_hparam_overrides": shape}
+    for key in ("embedding_size", "model_size"):
+        if key in pre:
+            hparams[key] = pre[key]
+    return hparams
+
+
+def finetune(data_dir: str, name: str, hparams: dict[str, Any], python: str) -> dict[str, Any]:
+    """One `electra_tf.finetune` run (cached by its results file); its results.json."""
+    results = os.path.join(data_dir, "models", name, "results", "sst_results.json")
+    if os.path.exists(results):
+        with open(results, encoding="utf-8") as f:
+            return json.load(f)
+    command = [python, "-m", "electra_tf.finetune", "--data-dir", data_dir]
+    command += ["--model-name", name, "--tasks", "sst", "--hparams", json.dumps(hparams)]
+    start = time.perf_counter()
+    print(f"[sst2_transfer] {name}: {json.dumps(hparams)}", flush=True)
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
+        raise SystemExit(f"error: fine-tuning {name} failed (exit {done.returncode})")
+    with open(results, encoding="utf-8") as f:
+        summary = json.load(f)
+    accuracy = summary["median"]["sst"]["accuracy"]
+    print(f"[sst2_transfer] {name}: accuracy {accuracy:.2f} in {time.perf_counter() - start:.0f} s")
+    return summary
+
+
+def lr_tag(lr: float) -> str:
+    return f"{lr:g}".replace("-0", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--glue-dir", required=True, help="Holds SST-2 train.tsv and dev.tsv.")
+    parser.add_argument("--out", required=True, help="Work directory (data splits, runs).")
+    parser.add_argument(
+        "--row",
+        action="append",
+        required=True,
+        metavar="NAME=INIT",
+        help="An initialisation: a checkpoint (dir or prefix), or 'random'. Repeatable.",
+    )
+    parser.add_argument("--vocab-file", required=True)
+    parser.add_argument("--random-shape", help="Pre-training config JSON: the random rows' shape.")
+    parser.add_argument("--lrs", default="3e-5,1e-4,3e-4,1e-3", help="The sweep.")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--train-examples", type=int, default=2000)
+    parser.add_argument("--val-examples", type=int, default=2000)
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--max-seq-length", type=int, default=64)
+    parser.add_argument("--layerwise-lr-decay", type=float, default=1.0)
+    parser.add_argument("--full-epochs", type=float, default=0, help="0: no full-data rows.")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args(argv)
+
+    dirs = split_sst2(args.glue_dir, args.out, args.val_examples)
+    vocab_size = sum(1 for _ in open(args.vocab_file, encoding="utf-8"))
+    common = {
+        "max_seq_length": args.max_seq_length,
+        "num_train_epochs": args.epochs,
+        "layerwise_lr_decay": args.layerwise_lr_decay,
+        "vocab_file": os.path.abspath(args.vocab_file),
+        "vocab_size": vocab_size,
+        "overwrite": True,
+    }
+    lrs = [float(x) for x in args.lrs.split(",")]
+    summary: dict[str, Any] = {"protocol": {**vars(args), "lrs": lrs}, "rows": {}}
+    for row in args.row:
+        name, _, init = row.partition("=")
+        if init == "random":
+            if not args.random_shape:
+                raise SystemExit("error: a random row needs --random-shape")
+            init_hparams = random_init_hparams(args.random_shape)
+        else:
+            init_hparams = {"init_checkpoint": os.path.abspath(init)}
+        base = {**common, **init_hparams, "max_train_examples": args.train_examples}
+        sweep = {}
+        for lr in lrs:
+            run = finetune(
+                dirs["val"],
+                f"{name}_val_lr{lr_tag(lr)}",
+                {**base, "learning_rate": lr},
+                args.python,
+            )
+            sweep[lr] = run["median"]["sst"]["accuracy"]
+        best = max(lrs, key=lambda lr: sweep[lr])
+        dev = finetune(
+            dirs["dev"],
+            f"{name}_dev_lr{lr_tag(best)}",
+            {**base, "learning_rate": best, "num_trials": args.seeds},
+            args.python,
+        )
+        trials = [t["sst"]["accuracy"] for t in dev["trials"]]
+        result = {
+            "init": init,
+            "val_accuracy_by_lr": {lr_tag(lr): acc for lr, acc in sweep.items()},
+            "lr": best,
+            "dev_accuracy_trials": trials,
+            "dev_accuracy_median": statistics.median(trials),
+        }
+        if args.full_epochs:
+            full = {**base, "learning_rate": best, "num_train_epochs": args.full_epochs}
+            full["max_train_examples"] = None
+            run = finetune(dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, args.python)
+            result["full_dev_accuracy"] = run["median"]["sst"]["accuracy"]
+        summary["rows"][name] = result
+        with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+
+    print(
+        "\n| init | val accuracy by lr | lr | dev accuracy (seeds) | median |"
+        + (" all train |" if args.full_epochs else "")
+    )
+    print("| --- | --- | --- | --- | --- |" + (" --- |" if args.full_epochs else ""))
+    for name, r in summary["rows"].items():
+        by_lr = ", ".join(f"{lr}: {acc:.2f}" for lr, acc in r["val_accuracy_by_lr"].items())
+        trials = " / ".join(f"{a:.2f}" for a in r["dev_accuracy_trials"])
+        full = f" {r['full_dev_accuracy']:.2f} |" if "full_dev_accuracy" in r else ""
+        print(
+            f"| {name} | {by_lr} | {r['lr']:g} | {trials} | {r['dev_accuracy_median']:.2f} |{full}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
