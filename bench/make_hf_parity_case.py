@@ -76,7 +76,7 @@ def main() -> int:
     gen_logits = model.generator_head(hidden, positions)  # [batch, num_masked, vocab]
 
     os.makedirs(args.output, exist_ok=True)
-    checkpoints.export(model, os.path.join(args.output, "hf"), "hf", overwrite=args.overwrite)
+    checkpoints.save_weights(model, os.path.join(args.output, "hf"), "hf", overwrite=args.overwrite)
     np.savez(
         os.path.join(args.output, "logits.npz"),
         disc_logits=disc_logits.numpy(),

@@ -35,9 +35,9 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "AdamWeightDecay": ("electra_tf.optimization", "AdamWeightDecay"),
     "create_optimizer": ("electra_tf.optimization", "create_optimizer"),
     # Weights in and out (native, original TF1 and Hugging Face formats), serving.
-    "load_weights": ("electra_tf.checkpoints", "load_into"),
+    "load_weights": ("electra_tf.checkpoints", "load_weights"),
     "read_weights": ("electra_tf.checkpoints", "read_weights"),
-    "save_weights": ("electra_tf.checkpoints", "export"),
+    "save_weights": ("electra_tf.checkpoints", "save_weights"),
     "save_for_serving": ("electra_tf.export_models", "save_for_serving"),
 }
 

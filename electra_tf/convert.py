@@ -6,8 +6,8 @@ Hugging Face safetensors folders.
 
 `--from auto` (the default) detects the input format. `--dry-run` prints every
 "source name [shape] -> target name [shape]" line and writes nothing. An existing output is
-replaced only with `--overwrite`. The name maps live in `electra_tf/hf.py` (HF) and in each
-model's `variable_map()` (native); see the README's checkpoints section.
+replaced only with `--overwrite`. The name maps live in `electra_tf/checkpoints/hf.py` (HF) and
+in each model's `variable_map()` (native); see the README's checkpoints section.
 """
 
 from __future__ import annotations
@@ -16,50 +16,11 @@ import argparse
 import logging
 import sys
 
-from electra_tf import checkpoints, hf
+from electra_tf import checkpoints
+from electra_tf.checkpoints.hf import HFFormatError
+from electra_tf.checkpoints.mapping import mapping_lines
+from electra_tf.checkpoints.safetensors_io import SafetensorsError
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.hf import HFFormatError
-from electra_tf.safetensors_io import SafetensorsError
-
-
-def _shape(shape) -> str:
-    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
-
-
-def _names_in(fmt: str, name: str, shape, native_vars) -> list[tuple[str, tuple]]:
-    """How one original-named tensor is called, and shaped, in `fmt`."""
-    if fmt == "original":
-        return [(name, tuple(shape))]
-    if fmt == "hf":
-        transposed = tuple(reversed(shape)) if hf.is_kernel(name) else tuple(shape)
-        return [(f"{folder}/{hf_name}", transposed) for folder, hf_name in hf.to_hf(name)]
-    var = native_vars.get(name)
-    return [] if var is None else [(f"model:{var.name}", tuple(var.shape))]
-
-
-def mapping_lines(
-    source: checkpoints.SourceWeights, target_fmt: str, native_vars=None
-) -> list[str]:
-    """The dry-run report: one line per tensor, then what is skipped or has no place."""
-    native_vars = native_vars or {}
-    lines = []
-    no_place = []
-    for name in sorted(source.weights):
-        shape = source.weights[name].shape
-        sources = _names_in(source.fmt, name, shape, {})
-        if source.fmt == "hf":  # the shared embeddings come from the discriminator folder
-            sources = sources[:1]
-        targets = _names_in(target_fmt, name, shape, native_vars)
-        if not targets:
-            no_place.append(name)
-        for src, src_shape in sources:
-            for dst, dst_shape in targets:
-                lines.append(f"{src} {_shape(src_shape)} -> {dst} {_shape(dst_shape)}")
-    for name in no_place:
-        lines.append(f"{name} {_shape(source.weights[name].shape)} -> (no place in {target_fmt})")
-    lines += [f"{name} -> (skipped: optimizer slot / step)" for name in source.skipped]
-    lines += [f"{name} -> (unused: not an ELECTRA variable)" for name in source.unused]
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 128 + result.interrupted_by if result.interrupted_by else 0
         prefixes = [None]
         if args.all_checkpoints:
-            from electra_tf.training.checkpointing import kept_checkpoints
+            from electra_tf.checkpoints.training_state import kept_checkpoints
 
             prefixes = kept_checkpoints(config.resolved_model_dir()) or [None]
         for prefix in prefixes:

@@ -18,6 +18,7 @@ import tf_keras as keras
 
 from electra_tf import optimization
 from electra_tf.atomic_io import write_json, write_text
+from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ModelConfig
 from electra_tf.data.tokenization import id_count, load_vocab
 from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
@@ -27,7 +28,6 @@ from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
-from electra_tf.training.checkpointing import TrainingCheckpoints
 
 
 def log(*args: Any) -> None:

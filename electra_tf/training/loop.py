@@ -26,15 +26,15 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.atomic_io import write_json
-from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.optimization import create_optimizer
-from electra_tf.training.checkpointing import (
-    CONFIG_FILE,
+from electra_tf.checkpoints.files import CONFIG_FILE
+from electra_tf.checkpoints.native import restore_weights
+from electra_tf.checkpoints.training_state import (
     TrainingCheckpoints,
     check_resumable,
-    restore_weights,
     write_run_config,
 )
+from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.optimization import create_optimizer
 from electra_tf.training.progress import ProgressReporter
 
 TENSORBOARD_DIR = "tensorboard"
@@ -168,9 +168,9 @@ def load_init_checkpoint(model: keras.Model, config: PretrainingConfig) -> str:
         restore_weights(model, path)
     else:
         # Original TF1 and Hugging Face weights go through the checkpoint converter's loader.
-        from electra_tf.checkpoints import load_into
+        from electra_tf.checkpoints import load_weights
 
-        load_into(model, path, fmt)
+        load_weights(model, path, fmt)
     return fmt
 
 
