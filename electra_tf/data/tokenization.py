@@ -13,7 +13,7 @@ whitespace (lower-casing's final-sigma context does not cross whitespace, NFD re
 not cross a starter). WordPiece results are cached per word, so a word is matched once.
 
 This module does not import TensorFlow (data-preparation workers use it); `GraphTokenizer`, the
-in-graph twin built on tensorflow-text, is importable from here and loaded on first use.
+in-graph twin built on tensorflow-text, is in `graph_tokenizer`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Any
 
 from electra_tf.data import charclasses
 
@@ -205,12 +204,3 @@ class FullTokenizer:
 
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self.inv_vocab[i] for i in ids]
-
-
-def __getattr__(name: str) -> Any:
-    # GraphTokenizer needs TensorFlow; import it only when asked for.
-    if name == "GraphTokenizer":
-        from electra_tf.data.graph_tokenizer import GraphTokenizer
-
-        return GraphTokenizer
-    raise AttributeError(name)
