@@ -23,7 +23,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 SEQ_LEN = 128
 BATCHES = (1, 32)
 VOCAB_CANDIDATES = (

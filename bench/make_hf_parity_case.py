@@ -18,10 +18,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from electra_tf import checkpoints  # noqa: E402
-from electra_tf.config import pretraining_config  # noqa: E402
+from electra_tf import checkpoints
+from electra_tf.config import pretraining_config
 
 
 def main() -> int:

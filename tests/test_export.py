@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints, export
+from electra_tf import checkpoints
+from electra_tf.cli import export
 from electra_tf.config import pretraining_config, save_config
 from electra_tf.data.tokenization import FullTokenizer
 from electra_tf.finetuning.glue import featurize_pair

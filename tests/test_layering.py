@@ -137,8 +137,7 @@ def test_every_module_is_in_a_layer():
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
     upward = [
-        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
-        f"({LAYERS[layer_of(target)][0]})"
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
         for module, targets in sorted(import_graph().items())
         for target in sorted(targets)
         if layer_of(target) > layer_of(module)

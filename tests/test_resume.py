@@ -18,8 +18,8 @@ from pretrain_harness import (
     write_corpus,
 )
 
-from electra_tf import pretrain
 from electra_tf.checkpoints import read_weights
+from electra_tf.cli import pretrain
 from electra_tf.training import loop
 
 
