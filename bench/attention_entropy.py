@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.checkpoints.native import restore_weights
     from electra_tf.checkpoints.training_state import config_from_saved
     from electra_tf.data.pretraining_input import pretraining_dataset
-    from electra_tf.training import loop
+    from electra_tf.pretraining import loop
 
     config_path = os.path.join(args.model_dir, "config.json")
     with open(config_path, encoding="utf-8") as f:

@@ -20,7 +20,7 @@ from pretrain_harness import (
 
 from electra_tf.checkpoints import read_weights
 from electra_tf.cli import pretrain
-from electra_tf.training import loop
+from electra_tf.pretraining import loop
 
 
 def _main(data_dir, model_name, **overrides):

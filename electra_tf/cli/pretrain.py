@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    from electra_tf.training import loop
+    from electra_tf.pretraining import loop
 
     try:
         if config.do_train:

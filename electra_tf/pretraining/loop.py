@@ -35,7 +35,7 @@ from electra_tf.checkpoints.training_state import (
 )
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.optimization import create_optimizer
-from electra_tf.training.progress import ProgressReporter
+from electra_tf.pretraining.progress import ProgressReporter
 
 TENSORBOARD_DIR = "tensorboard"
 RESULTS_DIR = "results"
