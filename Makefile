@@ -1,12 +1,13 @@
 # electra-tf. Every target sets up (or refreshes) its own virtual environment from
-# requirements.txt first, so `make pretrain SIZE=small` and `make test` are the whole set-up.
+# requirements.txt first and installs this package into it (`pip install -e .`, which also puts
+# the electra-* commands on .venv/bin), so `make pretrain SIZE=small` and `make test` are the
+# whole set-up.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
-export PYTHONPATH := $(CURDIR)
 
 SIZE ?= small
 DATA_DIR ?=
@@ -18,11 +19,12 @@ RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
 .PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve clean-venv
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -25,7 +25,6 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def attention_stats(encoder, batch) -> tuple[list[float], list[float]]:
@@ -93,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    from electra_tf.checkpoints.native import restore_weights
+    from electra_tf.checkpoints.training_state import config_from_saved
     from electra_tf.data.pretraining_input import pretraining_dataset
-    from electra_tf.training import checkpointing, loop
+    from electra_tf.pretraining import loop
 
     config_path = os.path.join(args.model_dir, "config.json")
     with open(config_path, encoding="utf-8") as f:
-        config = checkpointing.config_from_saved(json.load(f), config_path)
+        config = config_from_saved(json.load(f), config_path)
     if args.checkpoint:
         path = os.path.join(args.model_dir, args.checkpoint)
     else:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if path is None:
             parser.error(f"no checkpoint in {args.model_dir}")
     model = loop.build_model(config)
-    checkpointing.restore_weights(model, path)
+    restore_weights(model, path)
     pattern = args.tfrecords or config.eval_tfrecords or config.resolved_pretrain_tfrecords()
     dataset = pretraining_dataset(pattern, args.batch, config.max_seq_length, is_training=False)
     batch = next(iter(dataset))

@@ -23,7 +23,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 SEQ_LEN = 128
 BATCHES = (1, 32)
 VOCAB_CANDIDATES = (
@@ -111,8 +110,9 @@ def bench_tf(
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
 
     from electra_tf.config import pretraining_config
-    from electra_tf.export import ExportSpec, write_export
-    from electra_tf.export_models import ElectraDiscriminator, dummy_inputs, serving_module
+    from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
+    from electra_tf.serving.kinds import serving_module
+    from electra_tf.serving.saved_model import ExportSpec, write_export
 
     config = pretraining_config("bench", preset="small")
     model = ElectraDiscriminator(config.discriminator_config())

@@ -18,10 +18,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from electra_tf import checkpoints  # noqa: E402
-from electra_tf.config import pretraining_config  # noqa: E402
+from electra_tf import checkpoints
+from electra_tf.config import pretraining_config
 
 
 def main() -> int:
@@ -76,7 +74,7 @@ def main() -> int:
     gen_logits = model.generator_head(hidden, positions)  # [batch, num_masked, vocab]
 
     os.makedirs(args.output, exist_ok=True)
-    checkpoints.export(model, os.path.join(args.output, "hf"), "hf", overwrite=args.overwrite)
+    checkpoints.save_weights(model, os.path.join(args.output, "hf"), "hf", overwrite=args.overwrite)
     np.savez(
         os.path.join(args.output, "logits.npz"),
         disc_logits=disc_logits.numpy(),

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import pretraining_config
-from electra_tf.training import loop
+from electra_tf.pretraining import loop
 
 CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
 

@@ -6,35 +6,11 @@ the Python standard library and installed packages -> corpus, vocab.txt, TFRecor
 Idempotent: when <data-dir>/default_corpus.complete.json matches the files, it returns at once.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
+# A thin wrapper, so that the original's command line keeps working: the command is
+# electra_tf/cli/build_default_corpus.py (installed as `electra-build-default-corpus`).
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from electra_tf.data.default_corpus import build_default_data  # noqa: E402
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default="data/default")
-    parser.add_argument("--max-corpus-mb", type=float, default=40.0)
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--num-processes", type=int, default=2)
-    args = parser.parse_args(argv)
-    build_default_data(
-        args.data_dir,
-        max_corpus_mb=args.max_corpus_mb,
-        vocab_size=args.vocab_size,
-        max_seq_length=args.max_seq_length,
-        num_processes=args.num_processes,
-    )
-    return 0
-
+from electra_tf.cli.build_default_corpus import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,31 +7,11 @@ $DATA_DIR/vocab.txt; writes $DATA_DIR/pretrain_tfrecords. Each archive member is
     python data_prep/build_openwebtext_tfrecords.py --data-dir $DATA_DIR --num-processes 2
 """
 
-from __future__ import annotations
-
-import argparse
-import os
+# A thin wrapper, so that the original's command line keeps working: the command is
+# electra_tf/cli/build_openwebtext_tfrecords.py (installed as `electra-build-openwebtext-tfrecords`).
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from electra_tf.data.cli_flags import add_build_flags, options_from_flags, run_build  # noqa: E402
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", required=True, help="Holds openwebtext/ and vocab.txt.")
-    add_build_flags(parser, one_doc_default=True)
-    args = parser.parse_args(argv)
-    options = options_from_flags(
-        args,
-        corpus_dir=os.path.join(args.data_dir, "openwebtext"),
-        vocab_file=os.path.join(args.data_dir, "vocab.txt"),
-        output_dir=os.path.join(args.data_dir, "pretrain_tfrecords"),
-    )
-    return run_build(options)
-
+from electra_tf.cli.build_openwebtext_tfrecords import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,27 +5,11 @@ build_pretraining_dataset.py, same flags and output format; see electra_tf/data/
         --output-dir pretrain_tfrecords --num-processes 2
 """
 
-from __future__ import annotations
-
-import argparse
-import os
+# A thin wrapper, so that the original's command line keeps working: the command is
+# electra_tf/cli/build_tfrecords.py (installed as `electra-build-tfrecords`).
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from electra_tf.data.cli_flags import add_build_flags, options_from_flags, run_build  # noqa: E402
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus-dir", required=True, help="Directory of text files.")
-    parser.add_argument("--vocab-file", required=True, help="WordPiece vocabulary.")
-    parser.add_argument("--output-dir", required=True, help="Where to write the TFRecords.")
-    add_build_flags(parser)
-    args = parser.parse_args(argv)
-    return run_build(options_from_flags(args, args.corpus_dir, args.vocab_file, args.output_dir))
-
+from electra_tf.cli.build_tfrecords import main
 
 if __name__ == "__main__":
     sys.exit(main())

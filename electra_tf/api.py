@@ -27,7 +27,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "TransformerEncoder": ("electra_tf.modeling.encoder", "TransformerEncoder"),
     "GeneratorHead": ("electra_tf.modeling.heads", "GeneratorHead"),
     "DiscriminatorHead": ("electra_tf.modeling.heads", "DiscriminatorHead"),
-    "ElectraDiscriminator": ("electra_tf.export_models", "ElectraDiscriminator"),
+    "ElectraDiscriminator": ("electra_tf.modeling.discriminator", "ElectraDiscriminator"),
     "ElectraPretrainer": ("electra_tf.pretraining.pretrainer", "ElectraPretrainer"),
     "ElectraClassifier": ("electra_tf.finetuning.model", "ElectraClassifier"),
     "FinetuningModel": ("electra_tf.finetuning.model", "FinetuningModel"),
@@ -35,10 +35,10 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "AdamWeightDecay": ("electra_tf.optimization", "AdamWeightDecay"),
     "create_optimizer": ("electra_tf.optimization", "create_optimizer"),
     # Weights in and out (native, original TF1 and Hugging Face formats), serving.
-    "load_weights": ("electra_tf.checkpoints", "load_into"),
+    "load_weights": ("electra_tf.checkpoints", "load_weights"),
     "read_weights": ("electra_tf.checkpoints", "read_weights"),
-    "save_weights": ("electra_tf.checkpoints", "export"),
-    "save_for_serving": ("electra_tf.export_models", "save_for_serving"),
+    "save_weights": ("electra_tf.checkpoints", "save_weights"),
+    "save_for_serving": ("electra_tf.serving.kinds", "save_for_serving"),
 }
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.cli.tfrecord_flags import add_build_flags
 from electra_tf.data import vocab_learning
-from electra_tf.data.cli_flags import add_build_flags
 from electra_tf.data.corpus import gutenberg_body
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
@@ -227,7 +227,7 @@ def test_bad_bytes_empty_and_binary_files_are_reported_not_fatal(tmp_path):
 
 
 def test_error_paths(tmp_path, capsys):
-    from electra_tf.data.cli_flags import options_from_flags, run_build
+    from electra_tf.cli.tfrecord_flags import options_from_flags, run_build
 
     corpus = _corpus(tmp_path, n_files=1, docs_per_file=2)
     parser = argparse.ArgumentParser()

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from electra_tf.training import checkpointing
-from electra_tf.training.checkpointing import TrainingCheckpoints
+from electra_tf.checkpoints import training_state as checkpointing
+from electra_tf.checkpoints.training_state import TrainingCheckpoints
 
 
 class Crash(BaseException):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints, safetensors_io
-from electra_tf.checkpoints import CheckpointError
+from electra_tf import checkpoints
+from electra_tf.checkpoints import CheckpointError, safetensors_io
 
 
 # ------------------------------------------------------------------------------ original layout
@@ -235,7 +235,7 @@ def test_load_discriminator_only_checkpoint_into_encoder(tmp_path):
     values = write_tf1_checkpoint(str(tmp_path), shapes, step=9)
     config = checkpoints.read_weights(str(tmp_path)).config
     encoder = _encoder(config.discriminator_config())
-    result = checkpoints.load_into(encoder, str(tmp_path))
+    result = checkpoints.load_weights(encoder, str(tmp_path))
     assert result.fmt == "original" and result.global_step == 9
     assert result.unused == [] and result.fresh == []
     assert sorted(result.loaded) == sorted(shapes)
@@ -247,7 +247,7 @@ def test_pretraining_checkpoint_into_encoder_reports_what_is_left(tmp_path):
     shapes = original_shapes(layers=1, gen_layers=1)
     write_tf1_checkpoint(str(tmp_path), shapes)
     config = checkpoints.read_weights(str(tmp_path)).config
-    result = checkpoints.load_into(_encoder(config.discriminator_config()), str(tmp_path))
+    result = checkpoints.load_weights(_encoder(config.discriminator_config()), str(tmp_path))
     expected_unused = [n for n in shapes if not n.startswith("electra/")]
     assert sorted(result.unused) == sorted(expected_unused)
     assert checkpoints.summarize(result.unused) == (
@@ -265,7 +265,7 @@ def test_missing_and_misshaped_variables_are_all_listed(tmp_path):
     encoder = _encoder(config.discriminator_config())
     before = {n: v.numpy() for n, v in encoder.variable_map().items()}
     with pytest.raises(CheckpointError) as info:
-        checkpoints.load_into(encoder, str(tmp_path), fmt="original", config=config)
+        checkpoints.load_weights(encoder, str(tmp_path), fmt="original", config=config)
     message = str(info.value)
     assert "2 missing" in message and "1 with the wrong shape" in message
     assert "electra/encoder/layer_1/output/dense/bias [256]" in message
@@ -281,12 +281,12 @@ def test_missing_and_misshaped_variables_are_all_listed(tmp_path):
 def test_encoder_hf_round_trip_is_bit_identical(tmp_path):
     config = checkpoints.infer_config(original_shapes(layers=2, generator=False, vocab=60))
     source = _encoder(config.discriminator_config())
-    checkpoints.export(source, str(tmp_path / "hf"), "hf")
+    checkpoints.save_weights(source, str(tmp_path / "hf"), "hf")
     saved = json.loads((tmp_path / "hf/discriminator/config.json").read_text())
     assert saved["architectures"] == ["ElectraModel"]  # no discriminator head to export
     assert not (tmp_path / "hf/generator").exists()
     target = _encoder(config.discriminator_config())
-    result = checkpoints.load_into(target, str(tmp_path / "hf"))
+    result = checkpoints.load_weights(target, str(tmp_path / "hf"))
     assert result.fmt == "hf" and result.unused == []
     for name, var in target.variable_map().items():
         np.testing.assert_array_equal(var.numpy(), source.variable_map()[name].numpy())
@@ -332,7 +332,7 @@ def _assert_same_model(a, b, batch):
 def test_native_round_trip_is_bit_identical(tmp_path, via):
     config = checkpoints.infer_config(original_shapes(layers=1, gen_layers=1))
     model = _pretrainer(config, seed=3)
-    checkpoints.export(model, str(tmp_path / "native"), "native", global_step=5)
+    checkpoints.save_weights(model, str(tmp_path / "native"), "native", global_step=5)
     source = checkpoints.read_weights(str(tmp_path / "native"))
     assert source.fmt == "native" and source.global_step == 5
     checkpoints.write_weights(source, str(tmp_path / via), via)
@@ -341,7 +341,7 @@ def test_native_round_trip_is_bit_identical(tmp_path, via):
     checkpoints.write_weights(foreign, str(tmp_path / "native2"), "native")
 
     restored = _pretrainer(config, seed=4)  # different weights until loaded
-    result = checkpoints.load_into(restored, str(tmp_path / "native2"))
+    result = checkpoints.load_weights(restored, str(tmp_path / "native2"))
     assert result.fmt == "native" and result.unused == [] and result.fresh == []
     assert result.global_step == (5 if via == "original" else None)  # HF stores no step
     _assert_same_model(model, restored, _batch(50, length=16))
@@ -354,7 +354,7 @@ def test_released_layout_loads_into_pretrainer(tmp_path):
     values = write_tf1_checkpoint(str(tmp_path), shapes, step=1000, adam_slots=True)
     config = checkpoints.read_weights(str(tmp_path)).config
     model = _pretrainer(config, seed=0)
-    result = checkpoints.load_into(model, str(tmp_path))
+    result = checkpoints.load_weights(model, str(tmp_path))
     assert result.global_step == 1000 and result.unused == []
     assert len(result.skipped) == 1 + 2 * len(shapes)
     assert sorted(model.variable_map()) == sorted(shapes)
@@ -368,7 +368,7 @@ def test_discriminator_only_checkpoint_does_not_fill_a_pretrainer(tmp_path):
     write_tf1_checkpoint(str(tmp_path), original_shapes(layers=1, generator=False))
     model = _pretrainer(checkpoints.infer_config(shapes), seed=0)
     with pytest.raises(CheckpointError) as info:
-        checkpoints.load_into(model, str(tmp_path))
+        checkpoints.load_weights(model, str(tmp_path))
     assert "23 missing" in str(info.value)  # the generator (18) and its head (5), all listed
     assert "generator_predictions/output_bias [50]" in str(info.value)
 
@@ -398,7 +398,7 @@ def test_original_export_restores_with_a_tf1_saver(tmp_path):
 
 def test_native_checkpoint_with_another_config_is_refused(tmp_path):
     config = checkpoints.infer_config(original_shapes(layers=1, gen_layers=1))
-    checkpoints.export(_pretrainer(config, seed=0), str(tmp_path / "native"), "native")
+    checkpoints.save_weights(_pretrainer(config, seed=0), str(tmp_path / "native"), "native")
     other = checkpoints.infer_config(original_shapes(layers=1, gen_layers=1, hidden=128))
     with pytest.raises(CheckpointError, match="does not match the pretrainer of its config"):
         checkpoints.read_weights(str(tmp_path / "native"), "native", config=other)

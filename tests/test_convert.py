@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from test_checkpoints import original_shapes, write_tf1_checkpoint
 
-from electra_tf import convert
+from electra_tf.cli import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

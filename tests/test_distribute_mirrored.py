@@ -27,7 +27,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
     import tf_keras as keras
     from electra_tf.config import pretraining_config
-    from electra_tf.training import loop
+    from electra_tf.pretraining import loop
     from pretrainer_fixtures import batch_split_invariant_objective
 
     hparams, steps, data_dir = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

@@ -22,7 +22,7 @@ MULTI_WORKER_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from electra_tf.config import pretraining_config
-    from electra_tf.training import loop
+    from electra_tf.pretraining import loop
 
     data_dir, model_dir, hparams = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     hparams.update(model_dir=model_dir, distribution_strategy="multi_worker_mirrored")

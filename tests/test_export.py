@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints, export
+from electra_tf import checkpoints
+from electra_tf.cli import export
 from electra_tf.config import pretraining_config, save_config
 from electra_tf.data.tokenization import FullTokenizer
-from electra_tf.export_models import ElectraDiscriminator, dummy_inputs
 from electra_tf.finetuning.glue import featurize_pair
+from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
+from electra_tf.serving import saved_model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = (
@@ -260,7 +262,7 @@ class _Tiny(tf.Module):
 
 def _save(base, **kwargs):
     module = _Tiny()
-    return export.save_versioned(
+    return saved_model.save_versioned(
         module, {"serving_default": module.double.get_concrete_function()}, str(base), **kwargs
     )
 
@@ -270,8 +272,8 @@ def test_save_versioned_numbering_and_overwrite(tmp_path):
     assert _save(base).endswith(os.path.join("m", "1"))
     assert _save(base).endswith(os.path.join("m", "2"))  # a plain re-export adds a version
     assert _save(base, version=7).endswith(os.path.join("m", "7"))
-    assert export.existing_versions(str(base)) == [1, 2, 7]
-    with pytest.raises(export.ExportError, match="pass --overwrite"):
+    assert saved_model.existing_versions(str(base)) == [1, 2, 7]
+    with pytest.raises(saved_model.ExportError, match="pass --overwrite"):
         _save(base, version=2)
     marker = base / "2" / "assets" / "user-file"
     marker.write_text("kept until --overwrite")
@@ -281,7 +283,7 @@ def test_save_versioned_numbering_and_overwrite(tmp_path):
     # A directory that is not a SavedModel is never replaced, even with --overwrite.
     (base / "9").mkdir()
     (base / "9" / "data.txt").write_text("user data")
-    with pytest.raises(export.ExportError, match="not a SavedModel"):
+    with pytest.raises(saved_model.ExportError, match="not a SavedModel"):
         _save(base, version=9, overwrite=True)
     assert (base / "9" / "data.txt").read_text() == "user data"
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import export
+from electra_tf.cli import export
 from electra_tf.config import ModelConfig
 from electra_tf.data.tokenization import FullTokenizer
 from electra_tf.finetuning.config import finetuning_config, save_finetuning_config

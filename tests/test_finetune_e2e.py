@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from electra_tf import finetune
+from electra_tf.cli import finetune
 from electra_tf.finetuning.config import finetuning_config
 
 WORDS = "the a good bad movie film great awful fun boring plot is cat dog .".split()

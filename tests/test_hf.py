@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from electra_tf import hf, safetensors_io
+from electra_tf.checkpoints import hf, safetensors_io
 
 
 def test_hf_names_follow_transformers():

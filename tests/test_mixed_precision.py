@@ -10,7 +10,7 @@ from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 from electra_tf.config import pretraining_config
 from electra_tf.optimization import create_optimizer
-from electra_tf.training import loop
+from electra_tf.pretraining import loop
 
 SEQ_LEN, BATCH = TINY_RUN_HPARAMS["max_seq_length"], 4
 HPARAMS = dict(TINY_RUN_HPARAMS, train_batch_size=BATCH)

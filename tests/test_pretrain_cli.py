@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from pretrain_harness import hparams, write_corpus
 
-from electra_tf import pretrain
+from electra_tf.cli import pretrain
 
 
 def _main(data_dir, model_name, **overrides):

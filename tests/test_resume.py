@@ -18,9 +18,9 @@ from pretrain_harness import (
     write_corpus,
 )
 
-from electra_tf import pretrain
 from electra_tf.checkpoints import read_weights
-from electra_tf.training import loop
+from electra_tf.cli import pretrain
+from electra_tf.pretraining import loop
 
 
 def _main(data_dir, model_name, **overrides):

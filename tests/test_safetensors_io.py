@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from electra_tf import safetensors_io
+from electra_tf.checkpoints import safetensors_io
 
 
 def _hand_built(header: dict, payload: bytes) -> bytes:

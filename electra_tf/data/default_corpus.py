@@ -177,6 +177,46 @@ def _remove_ours(directory: str, pattern: str) -> None:
                 os.remove(os.path.join(directory, name))
 
 
+def _write_vocab(data_dir: str, vocab_file: str, vocab_size: int) -> list[str]:
+    """The vocabulary of `<data_dir>/corpus`, by word frequency; returns its tokens."""
+    from electra_tf.data import vocab_learning
+
+    word_counts = vocab_learning.count_words(
+        vocab_learning.corpus_lines(os.path.join(data_dir, "corpus"))
+    )
+    # The tensorflow-text learner needs many minutes here; see frequency_vocab.
+    tokens = vocab_learning.frequency_vocab(word_counts, vocab_size)
+    vocab_learning.write_vocab(tokens, vocab_file)
+    return tokens
+
+
+def _write_tfrecords(
+    data_dir: str, vocab_file: str, max_seq_length: int, num_processes: int, log
+) -> dict:
+    """The training and evaluation TFRecords; returns their document / token / example counts."""
+    from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
+
+    stats = {}
+    for split, out, shards in (
+        ("corpus", "pretrain_tfrecords", 32),
+        ("eval_corpus", "eval_tfrecords", 1),
+    ):
+        result = build_pretraining_tfrecords(
+            BuildOptions(
+                corpus_dir=os.path.join(data_dir, split),
+                vocab_file=vocab_file,
+                output_dir=os.path.join(data_dir, out),
+                max_seq_length=max_seq_length,
+                num_processes=num_processes,
+                num_out_files=shards,
+                overwrite=True,  # a partial earlier run of ours; other files are kept
+            )
+        )
+        log(f"{out}:\n{result.summary()}")
+        stats[out] = {k: getattr(result, k) for k in ("documents", "tokens", "examples")}
+    return stats
+
+
 def build_default_data(
     data_dir: str,
     max_corpus_mb: float = 40.0,
@@ -186,9 +226,6 @@ def build_default_data(
     log=print,
 ) -> dict:
     """Builds (or confirms) the default corpus, vocabulary and TFRecords under `data_dir`."""
-    from electra_tf.data import vocab_learning
-    from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
-
     settings = {
         "version": _FORMAT_VERSION,
         "max_corpus_mb": max_corpus_mb,
@@ -211,32 +248,9 @@ def build_default_data(
     log(f"corpus: {counts} ({time.perf_counter() - start:.0f} s)")
 
     vocab_file = os.path.join(data_dir, "vocab.txt")
-    word_counts = vocab_learning.count_words(
-        vocab_learning.corpus_lines(os.path.join(data_dir, "corpus"))
-    )
-    # The tensorflow-text learner needs many minutes here; see frequency_vocab.
-    tokens = vocab_learning.frequency_vocab(word_counts, vocab_size)
-    vocab_learning.write_vocab(tokens, vocab_file)
+    tokens = _write_vocab(data_dir, vocab_file, vocab_size)
     log(f"vocab: {len(tokens)} entries ({time.perf_counter() - start:.0f} s)")
-
-    stats = {}
-    for split, out, shards in (
-        ("corpus", "pretrain_tfrecords", 32),
-        ("eval_corpus", "eval_tfrecords", 1),
-    ):
-        result = build_pretraining_tfrecords(
-            BuildOptions(
-                corpus_dir=os.path.join(data_dir, split),
-                vocab_file=vocab_file,
-                output_dir=os.path.join(data_dir, out),
-                max_seq_length=max_seq_length,
-                num_processes=num_processes,
-                num_out_files=shards,
-                overwrite=True,  # a partial earlier run of ours; other files are kept
-            )
-        )
-        log(f"{out}:\n{result.summary()}")
-        stats[out] = {k: getattr(result, k) for k in ("documents", "tokens", "examples")}
+    stats = _write_tfrecords(data_dir, vocab_file, max_seq_length, num_processes, log)
     marker = {
         "settings": settings,
         "corpus": counts,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,10 @@ from electra_tf.config import (
     parse_hparams,
     replace_checked,
 )
+
+# Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
+FINETUNING_CONFIG_FILE = "finetuning_config.json"
+MODEL_CONFIG_FILE = "model_config.json"
 
 TASK_NAMES = (
     "cola",
@@ -308,3 +313,9 @@ def finetuning_config(
 
 def save_finetuning_config(config: FinetuningConfig, path: str) -> None:
     write_json(path, config.to_dict(), indent=2, sort_keys=True)
+
+
+def load_finetuning_config(path: str) -> FinetuningConfig:
+    """The config `save_finetuning_config` wrote (a fine-tuned model's FINETUNING_CONFIG_FILE)."""
+    with open(path, encoding="utf-8") as f:
+        return FinetuningConfig(**json.load(f))

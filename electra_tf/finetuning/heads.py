@@ -191,23 +191,11 @@ class SpanQAHead(_Head):
             k = tf.minimum(self.beam_size, seq_length)
             start_top_log_probs, start_top_index = tf.math.top_k(start_log_probs, k=k)
             if training:
-                start_h = tf.gather(hidden, start_positions, batch_dims=1)  # [B, H]
-                start_h = tf.tile(start_h[:, None, :], [1, seq_length, 1])  # [B, L, H]
-                end_logits = tf.squeeze(
-                    self.end_dense(self.qa_hidden(tf.concat([start_h, hidden], -1))), -1
-                )  # [B, L]
-                end_logits += mask_penalty
+                end_logits = self._end_logits_given_start(hidden, start_positions, mask_penalty)
             else:
-                start_h = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, H]
-                start_h = tf.tile(start_h[:, :, None, :], [1, 1, seq_length, 1])  # [B, K, L, H]
-                end_h = tf.tile(hidden[:, None], [1, k, 1, 1])  # [B, K, L, H]
-                beam_end_logits = tf.squeeze(
-                    self.end_dense(self.qa_hidden(tf.concat([start_h, end_h], -1))), -1
-                )  # [B, K, L]
-                beam_end_logits += mask_penalty[:, None, :]
-                end_top_log_probs, end_top_index = tf.math.top_k(
-                    tf.nn.log_softmax(beam_end_logits), k=k
-                )  # [B, K, K]
+                end_top_log_probs, end_top_index = self._beam_ends(
+                    hidden, start_top_index, mask_penalty, k
+                )
                 # As the original: no single end distribution exists at inference.
                 end_logits = tf.zeros_like(start_logits)
                 outputs.update(end_top_log_probs=end_top_log_probs, end_top_index=end_top_index)
@@ -226,12 +214,7 @@ class SpanQAHead(_Head):
 
         answerable_logit = tf.zeros_like(losses)
         if self.answerable_classifier:
-            reprs = hidden[:, 0]  # [B, H]
-            if self.answerable_uses_start_logits:
-                start_p = tf.nn.softmax(start_logits)  # [B, L]
-                start_feature = tf.reduce_sum(start_p[:, :, None] * hidden, axis=1)  # [B, H]
-                reprs = self.answer_hidden(tf.concat([reprs, start_feature], -1))
-            answerable_logit = tf.squeeze(self.answer_dense(reprs), -1)  # [B]
+            answerable_logit = self._answerable_logit(hidden, start_logits)  # [B]
             impossible = tf.cast(features[f"{name}_is_impossible"], answerable_logit.dtype)
             losses += self.answerable_weight * tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=impossible, logits=answerable_logit
@@ -243,3 +226,35 @@ class SpanQAHead(_Head):
             answerable_logit=answerable_logit,
         )
         return losses, outputs
+
+    def _end_logits_given_start(self, hidden, start_positions, mask_penalty):
+        """Training: end logits [B, L] conditioned on the gold start."""
+        seq_length = tf.shape(hidden)[1]
+        start_h = tf.gather(hidden, start_positions, batch_dims=1)  # [B, H]
+        start_h = tf.tile(start_h[:, None, :], [1, seq_length, 1])  # [B, L, H]
+        end_logits = tf.squeeze(
+            self.end_dense(self.qa_hidden(tf.concat([start_h, hidden], -1))), -1
+        )  # [B, L]
+        return end_logits + mask_penalty
+
+    def _beam_ends(self, hidden, start_top_index, mask_penalty, k):
+        """Inference: the top `k` ends for each of the top `k` starts, log-probs and indices
+        [B, K, K]."""
+        seq_length = tf.shape(hidden)[1]
+        start_h = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, H]
+        start_h = tf.tile(start_h[:, :, None, :], [1, 1, seq_length, 1])  # [B, K, L, H]
+        end_h = tf.tile(hidden[:, None], [1, k, 1, 1])  # [B, K, L, H]
+        beam_end_logits = tf.squeeze(
+            self.end_dense(self.qa_hidden(tf.concat([start_h, end_h], -1))), -1
+        )  # [B, K, L]
+        beam_end_logits += mask_penalty[:, None, :]
+        return tf.math.top_k(tf.nn.log_softmax(beam_end_logits), k=k)  # [B, K, K]
+
+    def _answerable_logit(self, hidden, start_logits):
+        """[B]: from [CLS], and (answerable_uses_start_logits) the start-weighted hidden state."""
+        reprs = hidden[:, 0]  # [B, H]
+        if self.answerable_uses_start_logits:
+            start_p = tf.nn.softmax(start_logits)  # [B, L]
+            start_feature = tf.reduce_sum(start_p[:, :, None] * hidden, axis=1)  # [B, H]
+            reprs = self.answer_hidden(tf.concat([reprs, start_feature], -1))
+        return tf.squeeze(self.answer_dense(reprs), -1)  # [B]

@@ -60,6 +60,20 @@ def split_document(text: str) -> tuple[list[str], list[int]]:
     return words, char_to_word
 
 
+def _doc_spans(doc_length: int, max_doc: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows of at most `max_doc` tokens, `doc_stride` apart, covering the
+    document (the original's sliding window)."""
+    spans: list[tuple[int, int]] = []
+    offset = 0
+    while offset < doc_length:
+        length = min(doc_length - offset, max_doc)
+        spans.append((offset, length))
+        if offset + length == doc_length:
+            break
+        offset += min(length, doc_stride)
+    return spans
+
+
 def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
     """True when `span_index` gives token `position` the most context (BERT's rule)."""
     best_score, best_index = None, None
@@ -156,6 +170,17 @@ class QATask(Task):
                     return new_start, new_end
         return start, end
 
+    def _answer_tokens(
+        self, example: QAExample, orig_to_tok: list[int], doc: list[str]
+    ) -> tuple[int, int]:
+        """The answer's first and last WordPiece positions in the document."""
+        tok_start = orig_to_tok[example.start_position]
+        if example.end_position < len(example.doc_tokens) - 1:
+            tok_end = orig_to_tok[example.end_position + 1] - 1
+        else:
+            tok_end = len(doc) - 1
+        return self._improve_span(doc, tok_start, tok_end, example.orig_answer_text)
+
     def featurize(
         self, example: QAExample, is_training: bool, for_eval: bool = False
     ) -> list[dict[str, Any]]:
@@ -170,24 +195,9 @@ class QATask(Task):
 
         tok_start = tok_end = None
         if is_training and not example.is_impossible:
-            tok_start = orig_to_tok[example.start_position]
-            if example.end_position < len(example.doc_tokens) - 1:
-                tok_end = orig_to_tok[example.end_position + 1] - 1
-            else:
-                tok_end = len(doc) - 1
-            tok_start, tok_end = self._improve_span(
-                doc, tok_start, tok_end, example.orig_answer_text
-            )
-
+            tok_start, tok_end = self._answer_tokens(example, orig_to_tok, doc)
         max_doc = config.max_seq_length - len(query) - 3
-        spans: list[tuple[int, int]] = []  # (start, length)
-        offset = 0
-        while offset < len(doc):
-            length = min(len(doc) - offset, max_doc)
-            spans.append((offset, length))
-            if offset + length == len(doc):
-                break
-            offset += min(length, config.doc_stride)
+        spans = _doc_spans(len(doc), max_doc, config.doc_stride)
 
         features = []
         for span_index, (span_start, span_length) in enumerate(spans):

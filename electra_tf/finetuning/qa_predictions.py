@@ -11,21 +11,27 @@ it exceeds the threshold (official v2 script, `qa_na_threshold` -2.75).
 from __future__ import annotations
 
 import collections
+import functools
 import os
 
 import numpy as np
 
 from electra_tf.atomic_io import write_json
+from electra_tf.data.tokenization import BasicTokenizer
 from electra_tf.finetuning import squad_eval
 from electra_tf.finetuning.scorers import Scorer
 
 
-def _basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
-    # BERT's BasicTokenizer, as the original's get_final_text (Model Garden's copy is the same
-    # code); used only to align a predicted span with the document's original characters.
-    from official.nlp.tools.tokenization import BasicTokenizer
+@functools.lru_cache(maxsize=2)
+def _basic_tokenizer(do_lower_case: bool) -> BasicTokenizer:
+    return BasicTokenizer(do_lower_case=do_lower_case)
 
-    return BasicTokenizer(do_lower_case=do_lower_case).tokenize(text)
+
+def _basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
+    # BERT's BasicTokenizer, as the original's get_final_text (the project's, which gives Model
+    # Garden's tokens: tests/test_tokenization.py); used only to align a predicted span with the
+    # document's original characters.
+    return _basic_tokenizer(do_lower_case).tokenize(text)
 
 
 def get_final_text(pred_text: str, orig_text: str, do_lower_case: bool) -> str:

@@ -19,16 +19,21 @@ import tf_keras as keras
 
 from electra_tf import optimization
 from electra_tf.atomic_io import write_json, write_text
+from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ModelConfig
 from electra_tf.data.tokenization import id_count, load_vocab
-from electra_tf.finetuning.config import FinetuningConfig, save_finetuning_config
+from electra_tf.finetuning.config import (
+    FINETUNING_CONFIG_FILE,
+    MODEL_CONFIG_FILE,
+    FinetuningConfig,
+    save_finetuning_config,
+)
 from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
-from electra_tf.training.checkpointing import TrainingCheckpoints
 
 
 def log(*args: Any) -> None:
@@ -202,9 +207,9 @@ class ModelRunner:
 
     def save(self) -> None:
         TrainingCheckpoints(self.model_dir, 1, model=self.model).save(self.train_steps)
-        save_finetuning_config(self.config, os.path.join(self.model_dir, "finetuning_config.json"))
+        save_finetuning_config(self.config, os.path.join(self.model_dir, FINETUNING_CONFIG_FILE))
         model_config = self.model.model_config.to_dict()
-        write_json(os.path.join(self.model_dir, "model_config.json"), model_config, indent=2)
+        write_json(os.path.join(self.model_dir, MODEL_CONFIG_FILE), model_config, indent=2)
 
     def predict(self, tasks: list[Task], split: str):
         """Yields (task, per-example result dict) for every real example of the split."""

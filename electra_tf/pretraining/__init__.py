@@ -1,4 +1,6 @@
-"""The ELECTRA pre-training objective: in-graph masking, sampling and the pretrainer Model."""
+"""Pre-training, the one stage of that name: the ELECTRA objective (in-graph masking, sampling,
+the losses, the pretrainer Model) and the run (`loop`: train / evaluate with resumable
+checkpoints; `progress`: console lines and TensorBoard scalars)."""
 
 from electra_tf.pretraining.losses import electra_loss
 from electra_tf.pretraining.masking import candidates_mask, mask_inputs

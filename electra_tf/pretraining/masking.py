@@ -70,6 +70,28 @@ def num_masked_slots(
     return tf.reduce_sum(tf.cast(active, tf.float32))
 
 
+def _draw_positions(
+    candidates: tf.Tensor,
+    num_candidates: tf.Tensor,
+    max_predictions: int,
+    seed: tf.Tensor,
+    with_replacement: bool,
+) -> tf.Tensor:
+    """int32 [batch, N]: positions drawn uniformly from each row's candidates (bool [batch,
+    seq_len]), with or without replacement; a row without candidates draws from every position."""
+    # Uniform over the candidates: log-probability 0 for each, -inf elsewhere.
+    log_probs = tf.where(candidates, 0.0, float("-inf"))  # [batch, seq_len]
+    log_probs = tf.where((num_candidates > 0)[:, tf.newaxis], log_probs, 0.0)
+    if with_replacement:
+        return tf.random.stateless_categorical(
+            log_probs, max_predictions, seed, dtype=tf.int32
+        )  # [batch, N]
+    uniform = tf.random.stateless_uniform(tf.shape(log_probs), seed)
+    gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
+    # Top-k of perturbed log-probs = k draws without replacement. [batch, N]
+    return tf.math.top_k(log_probs + gumbel, k=max_predictions, sorted=True).indices
+
+
 def mask_inputs(
     input_ids: tf.Tensor,
     input_mask: tf.Tensor,
@@ -120,19 +142,9 @@ def mask_inputs(
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]
 
     active = _active_slots(input_mask, num_candidates, max_predictions, mask_prob, with_replacement)
-
-    # Uniform over the candidates: log-probability 0 for each, -inf elsewhere.
-    log_probs = tf.where(candidates, 0.0, float("-inf"))  # [batch, seq_len]
-    log_probs = tf.where((num_candidates > 0)[:, tf.newaxis], log_probs, 0.0)
-    if with_replacement:
-        positions = tf.random.stateless_categorical(
-            log_probs, max_predictions, position_seed, dtype=tf.int32
-        )  # [batch, N]
-    else:
-        uniform = tf.random.stateless_uniform(tf.shape(log_probs), position_seed)
-        gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
-        # Top-k of perturbed log-probs = k draws without replacement. [batch, N]
-        positions = tf.math.top_k(log_probs + gumbel, k=max_predictions, sorted=True).indices
+    positions = _draw_positions(
+        candidates, num_candidates, max_predictions, position_seed, with_replacement
+    )  # [batch, N]
 
     active_int = tf.cast(active, tf.int32)
     positions *= active_int

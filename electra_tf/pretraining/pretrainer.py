@@ -119,48 +119,17 @@ class ElectraPretrainer(keras.Model):
             with_replacement=config.mask_positions_with_replacement,
             **self.special_ids,
         )
-        positions = masked["masked_lm_positions"]
-        if self.generator is None:
-            batch = tf.shape(input_ids)[0]
-            # [batch, N, vocab] of zeros: a uniform generator.
-            mlm_logits = tf.zeros([batch, config.max_predictions_per_seq, config.vocab_size])
-        else:
-            generator_inputs = {
-                "input_ids": masked["masked_input_ids"],
-                "input_mask": input_mask,
-                "segment_ids": segment_ids,
-            }
-            hidden = self.generator(generator_inputs, training=training)["sequence_output"]
-            mlm_logits = self.generator_head(hidden, positions)
-        mlm_logits = tf.cast(mlm_logits, tf.float32)
+        mlm_logits = self._generator_logits(masked, input_mask, segment_ids, training)
         outputs = {**masked, "mlm_logits": mlm_logits}
 
         disc_logits = disc_labels = None
         if config.electra_objective:
-            # Sampling is outside the gradient path: the generator learns by MLM only.
-            sampled = gumbel_sample(
-                mlm_logits,
-                seeds[:, 1],
-                temperature=config.temperature,
-                disallow_ids=masked["masked_lm_ids"] if config.disallow_correct else None,
-            )
-            # All slots get a sample, the 15% left visible too; duplicate positions get the
-            # floor-average of their samples, as the original.
-            fake_ids, updated = scatter_update(input_ids, sampled, positions)
-            disc_labels = updated * tf.cast(tf.not_equal(fake_ids, input_ids), tf.int32)
-            disc_inputs = {
-                "input_ids": fake_ids,
-                "input_mask": input_mask,
-                "segment_ids": segment_ids,
-            }
-            hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
-            disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
             outputs.update(
-                sampled_ids=sampled,
-                fake_input_ids=fake_ids,
-                disc_labels=disc_labels,
-                disc_logits=disc_logits,
+                self._discriminate(
+                    mlm_logits, masked, input_ids, input_mask, segment_ids, seeds[:, 1], training
+                )
             )
+            disc_logits, disc_labels = outputs["disc_logits"], outputs["disc_labels"]
         outputs.update(
             electra_loss(
                 mlm_logits,
@@ -175,6 +144,53 @@ class ElectraPretrainer(keras.Model):
             )
         )
         return outputs
+
+    def _generator_logits(self, masked, input_mask, segment_ids, training):
+        """float32 [batch, N, vocab]: the generator's MLM logits at the masked positions."""
+        config = self.config
+        if self.generator is None:
+            batch = tf.shape(input_mask)[0]
+            # [batch, N, vocab] of zeros: a uniform generator.
+            mlm_logits = tf.zeros([batch, config.max_predictions_per_seq, config.vocab_size])
+        else:
+            generator_inputs = {
+                "input_ids": masked["masked_input_ids"],
+                "input_mask": input_mask,
+                "segment_ids": segment_ids,
+            }
+            hidden = self.generator(generator_inputs, training=training)["sequence_output"]
+            mlm_logits = self.generator_head(hidden, masked["masked_lm_positions"])
+        return tf.cast(mlm_logits, tf.float32)
+
+    def _discriminate(self, mlm_logits, masked, input_ids, input_mask, segment_ids, seed, training):
+        """Samples replacements from the generator and runs the discriminator on the result:
+        `sampled_ids`, `fake_input_ids`, `disc_labels` (1 = replaced), `disc_logits`."""
+        config = self.config
+        positions = masked["masked_lm_positions"]
+        # Sampling is outside the gradient path: the generator learns by MLM only.
+        sampled = gumbel_sample(
+            mlm_logits,
+            seed,
+            temperature=config.temperature,
+            disallow_ids=masked["masked_lm_ids"] if config.disallow_correct else None,
+        )
+        # All slots get a sample, the 15% left visible too; duplicate positions get the
+        # floor-average of their samples, as the original.
+        fake_ids, updated = scatter_update(input_ids, sampled, positions)
+        disc_labels = updated * tf.cast(tf.not_equal(fake_ids, input_ids), tf.int32)
+        disc_inputs = {
+            "input_ids": fake_ids,
+            "input_mask": input_mask,
+            "segment_ids": segment_ids,
+        }
+        hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
+        disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
+        return {
+            "sampled_ids": sampled,
+            "fake_input_ids": fake_ids,
+            "disc_labels": disc_labels,
+            "disc_logits": disc_logits,
+        }
 
     # ------------------------------------------------------------------ training
     @property

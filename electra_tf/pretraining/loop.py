@@ -26,16 +26,16 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.atomic_io import write_json
-from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.optimization import create_optimizer
-from electra_tf.training.checkpointing import (
-    CONFIG_FILE,
+from electra_tf.checkpoints.files import CONFIG_FILE
+from electra_tf.checkpoints.native import restore_weights
+from electra_tf.checkpoints.training_state import (
     TrainingCheckpoints,
     check_resumable,
-    restore_weights,
     write_run_config,
 )
-from electra_tf.training.progress import ProgressReporter
+from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.optimization import create_optimizer
+from electra_tf.pretraining.progress import ProgressReporter
 
 TENSORBOARD_DIR = "tensorboard"
 RESULTS_DIR = "results"
@@ -168,9 +168,9 @@ def load_init_checkpoint(model: keras.Model, config: PretrainingConfig) -> str:
         restore_weights(model, path)
     else:
         # Original TF1 and Hugging Face weights go through the checkpoint converter's loader.
-        from electra_tf.checkpoints import load_into
+        from electra_tf.checkpoints import load_weights
 
-        load_into(model, path, fmt)
+        load_weights(model, path, fmt)
     return fmt
 
 
@@ -236,6 +236,93 @@ class _StopRequest:
 
 
 # ---------------------------------------------------------------------- training
+def check_accumulation(config: PretrainingConfig, strategy: tf.distribute.Strategy) -> None:
+    """Each replica's batch must split into `gradient_accumulation_steps` equal micro-batches."""
+    per_replica = config.train_batch_size // strategy.num_replicas_in_sync
+    if per_replica % config.gradient_accumulation_steps:
+        raise ConfigError(
+            f"gradient_accumulation_steps {config.gradient_accumulation_steps} does not divide "
+            f"the per-replica batch {per_replica} (train_batch_size {config.train_batch_size} "
+            f"over {strategy.num_replicas_in_sync} replicas)"
+        )
+
+
+def prepare_model_dir(config: PretrainingConfig, model_dir: str, is_chief: bool) -> None:
+    """Refuses to resume a differently shaped model; the chief writes the run's config."""
+    resuming = tf.train.latest_checkpoint(model_dir) is not None
+    saved_config = os.path.join(model_dir, CONFIG_FILE)
+    if resuming and os.path.exists(saved_config):
+        check_resumable(saved_config, config)
+    if is_chief:
+        write_run_config(config, model_dir)
+
+
+def next_boundary(config: PretrainingConfig, step: int, log_every: int) -> int:
+    """The first step after `step` at which the loop must return to Python: the end of an
+    `iterations_per_loop` loop, a log line, a checkpoint or the last step."""
+    return min(
+        step + config.iterations_per_loop,
+        (step // log_every + 1) * log_every,
+        (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps,
+        config.num_train_steps,
+    )
+
+
+def _resume(
+    config: PretrainingConfig,
+    checkpoints: TrainingCheckpoints,
+    model: keras.Model,
+    optimizer: Any,
+    strategy: tf.distribute.Strategy,
+    pattern: str,
+    iterator: Any,
+    track_data: bool,
+    stream: TextIO,
+) -> tuple[str | None, Any]:
+    """Restores the latest checkpoint of the model dir, else loads `init_checkpoint` if set.
+    Returns the restored prefix (None when starting fresh) and the input iterator to use."""
+    restored = checkpoints.restore_latest()
+    if restored:
+        print(
+            f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})",
+            file=stream,
+            flush=True,
+        )
+        if not track_data:
+            iterator = _restarted_input(config, strategy, pattern, optimizer, stream)
+    elif config.init_checkpoint:
+        _start_from_init_checkpoint(config, model, optimizer, stream)
+    return restored, iterator
+
+
+def _restarted_input(
+    config: PretrainingConfig,
+    strategy: tf.distribute.Strategy,
+    pattern: str,
+    optimizer: Any,
+    stream: TextIO,
+) -> Any:
+    """A new input stream, reseeded by the step, for inputs whose position cannot be restored."""
+    seed = config.seed + int(optimizer.iterations.numpy())
+    iterator = iter(make_dataset(config, strategy, pattern, config.train_batch_size, True, seed))
+    print(f"Input restarted with seed {seed} (position not restorable)", file=stream)
+    return iterator
+
+
+def _start_from_init_checkpoint(
+    config: PretrainingConfig, model: keras.Model, optimizer: Any, stream: TextIO
+) -> None:
+    """Continued pre-training: `init_checkpoint`'s weights, a fresh optimizer at `init_step`."""
+    fmt = load_init_checkpoint(model, config)
+    optimizer.iterations.assign(config.init_step or 0)
+    print(
+        f"Continuing pre-training from {config.init_checkpoint} ({fmt} weights, fresh "
+        f"optimizer) at step {int(optimizer.iterations.numpy())}",
+        file=stream,
+        flush=True,
+    )
+
+
 def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResult:
     """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir."""
     stream = stream or sys.stdout
@@ -245,20 +332,8 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     tf.random.set_seed(config.seed)
     strategy = build_strategy(config)
     is_chief, worker_id, num_workers = worker_role(strategy)
-    per_replica = config.train_batch_size // strategy.num_replicas_in_sync
-    if per_replica % config.gradient_accumulation_steps:
-        raise ConfigError(
-            f"gradient_accumulation_steps {config.gradient_accumulation_steps} does not divide "
-            f"the per-replica batch {per_replica} (train_batch_size {config.train_batch_size} "
-            f"over {strategy.num_replicas_in_sync} replicas)"
-        )
-
-    resuming = tf.train.latest_checkpoint(model_dir) is not None
-    saved_config = os.path.join(model_dir, CONFIG_FILE)
-    if resuming and os.path.exists(saved_config):
-        check_resumable(saved_config, config)
-    if is_chief:
-        write_run_config(config, model_dir)
+    check_accumulation(config, strategy)
+    prepare_model_dir(config, model_dir, is_chief)
 
     with strategy.scope():
         model = build_model(config)
@@ -275,28 +350,9 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     checkpoints = TrainingCheckpoints(
         model_dir, config.keep_checkpoint_max, is_chief=is_chief, worker_id=worker_id, **state
     )
-    restored = checkpoints.restore_latest()
-    if restored:
-        print(
-            f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})",
-            file=stream,
-            flush=True,
-        )
-        if not track_data:
-            seed = config.seed + int(optimizer.iterations.numpy())
-            iterator = iter(
-                make_dataset(config, strategy, pattern, config.train_batch_size, True, seed)
-            )
-            print(f"Input restarted with seed {seed} (position not restorable)", file=stream)
-    elif config.init_checkpoint:
-        fmt = load_init_checkpoint(model, config)
-        optimizer.iterations.assign(config.init_step or 0)
-        print(
-            f"Continuing pre-training from {config.init_checkpoint} ({fmt} weights, fresh "
-            f"optimizer) at step {int(optimizer.iterations.numpy())}",
-            file=stream,
-            flush=True,
-        )
+    restored, iterator = _resume(
+        config, checkpoints, model, optimizer, strategy, pattern, iterator, track_data, stream
+    )
 
     step = int(optimizer.iterations.numpy())
     total = config.num_train_steps
@@ -316,14 +372,9 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     tokens, saved_step = 0, step
     with _StopRequest(stream) as stop:
         while step < total and stop.signum is None:
-            boundaries = [
-                step + config.iterations_per_loop,
-                (step // log_every + 1) * log_every,
-                (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps,
-                total,
-            ]
             try:
-                local = int(train_steps(iterator, tf.constant(min(boundaries) - step)))
+                num_steps = next_boundary(config, step, log_every) - step
+                local = int(train_steps(iterator, tf.constant(num_steps)))
                 tokens += local * num_workers
             except tf.errors.OutOfRangeError as e:
                 raise RuntimeError(

@@ -1,5 +1,6 @@
-"""Files of TF1 name-based checkpoints: finding the prefix, writing the `checkpoint` index
-file. (Reading is `tf.train.load_checkpoint`; writing tensors is `tf.raw_ops.SaveV2`.)"""
+"""What every checkpoint format shares: the error, the config file's name, finding a
+checkpoint's prefix and writing the `checkpoint` index file. (Reading tensors is
+`tf.train.load_checkpoint`; writing them is `tf.raw_ops.SaveV2` or `tf.train.Checkpoint`.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import re
 import tensorflow as tf
 
 from electra_tf.atomic_io import write_text
-from electra_tf.checkpoint_config import CheckpointError
+
+# The resolved PretrainingConfig beside a native checkpoint (and in every run's model dir).
+CONFIG_FILE = "config.json"
+STATE_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
+
+
+class CheckpointError(ValueError):
+    """Weights that do not fit a model or a format; the message lists every offending name."""
 
 
 def resolve_prefix(path: str) -> str:
@@ -37,9 +45,6 @@ def resolve_prefix(path: str) -> str:
     if os.path.exists(path + ".index"):
         return path
     raise CheckpointError(f"{path}: neither a directory nor a checkpoint prefix ({path}.index)")
-
-
-STATE_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
 
 
 def write_state_file(directory: str, *kept: str) -> None:

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from electra_tf.checkpoints.files import CheckpointError
 from electra_tf.config import (
     MODEL_SIZES,
     ConfigError,
@@ -18,10 +19,6 @@ from electra_tf.config import (
     PretrainingConfig,
     replace_checked,
 )
-
-
-class CheckpointError(ValueError):
-    """Weights that do not fit a model or a format; the message lists every offending name."""
 
 
 def _same_structure(a: ModelConfig, b: ModelConfig) -> bool:

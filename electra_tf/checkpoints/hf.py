@@ -34,6 +34,7 @@ output/dense (and attention/output, output for the LayerNorms). Fine-tuning head
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -41,8 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import safetensors_io
-from electra_tf.config import ModelConfig
+from electra_tf.checkpoints import safetensors_io
+from electra_tf.checkpoints.config_inference import config_from_models
+from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
+from electra_tf.checkpoints.original import is_model_variable
+from electra_tf.checkpoints.weights import SourceWeights
+from electra_tf.config import ModelConfig, PretrainingConfig
 
 DISCRIMINATOR = "discriminator"
 GENERATOR = "generator"
@@ -51,31 +56,13 @@ ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining", GENERATOR: "ElectraForM
 # generator's output matrix, which is the word-embedding table itself.
 HF_IGNORED = ("electra.embeddings.position_ids",)
 HF_TIED_OUTPUT = "generator_lm_head.weight"
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"  # beside HF's own config.json (CONFIG_FILE)
+_LOG = logging.getLogger(__name__)
 _EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 
 
 class HFFormatError(ValueError):
     """A Hugging Face directory that cannot be read or written; the message names the file."""
-
-
-# Every pre-training variable name of ORIGINAL.md 5.1-5.3 (fine-tuning heads are `task_specific/`).
-_MODEL_VARIABLE = re.compile(
-    r"(electra|generator)/embeddings/"
-    r"(word_embeddings|position_embeddings|token_type_embeddings|LayerNorm/(gamma|beta))"
-    r"|(electra|generator)/embeddings_project/(kernel|bias)"
-    r"|(electra|generator)/encoder/layer_\d+/"
-    r"((attention/self/(query|key|value)|attention/output/dense|intermediate/dense|output/dense)"
-    r"/(kernel|bias)|(attention/output|output)/LayerNorm/(gamma|beta))"
-    r"|discriminator_predictions/(dense|dense_1)/(kernel|bias)"
-    r"|generator_predictions/(dense/(kernel|bias)|LayerNorm/(gamma|beta)|output_bias)"
-)
-
-
-def is_model_variable(original_name: str) -> bool:
-    """Whether `original_name` is a pre-training model variable of the original layout."""
-    return _MODEL_VARIABLE.fullmatch(original_name) is not None
 
 
 def is_kernel(original_name: str) -> bool:
@@ -320,3 +307,35 @@ def write(
             json.dump(config_dict(configs[part], architecture), f, indent=2, sort_keys=True)
             f.write("\n")
     return sorted(dropped)
+
+
+# ------------------------------------------------------------------------------- formats
+def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights:
+    """An HF export or model folder as neutral weights; the config from its config.json files."""
+    weights, configs, unused = read(path)
+    if config is None:
+        disc = configs.get(DISCRIMINATOR)
+        gen = configs.get(GENERATOR)
+        if disc is None:
+            raise CheckpointError(
+                f"{path}: a generator folder without a discriminator folder needs --config "
+                "(the discriminator's size is not recorded anywhere in it)"
+            )
+        untied = "generator/embeddings/word_embeddings" in weights
+        config = config_from_models(disc, gen, untied, where=path)
+    return SourceWeights(weights, "hf", path, config, None, [], unused)
+
+
+def write_hf_files(
+    weights: Mapping[str, np.ndarray], directory: str, config: PretrainingConfig
+) -> None:
+    """discriminator/ (when there is a discriminator) and generator/ (when there is a
+    generator head) HF folders, configured from `config`."""
+    configs = {}
+    if any(n.startswith("electra/encoder/") for n in weights):
+        configs[DISCRIMINATOR] = config.discriminator_config()
+    if "generator_predictions/output_bias" in weights:
+        configs[GENERATOR] = config.generator_config()
+    dropped = write(weights, directory, configs)
+    if dropped:
+        _LOG.warning("HF export has no place for %d variables: %s", len(dropped), dropped)

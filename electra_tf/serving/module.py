@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from electra_tf.serving_features import TextFeaturizer
+from electra_tf.serving.featurizer import TextFeaturizer
 
 KINDS = ("discriminator", "encoder", "classification", "regression", "qa", "tagging")
 

@@ -28,11 +28,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from electra_tf.checkpoints.files import CONFIG_FILE, write_state_file
+from electra_tf.checkpoints.native import CHECKPOINT_PREFIX
 from electra_tf.config import ConfigError, PretrainingConfig, save_config
-from electra_tf.tf1_files import write_state_file
 
-CONFIG_FILE = "config.json"  # the resolved config beside the checkpoints (electra_tf.checkpoints)
-CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
 # A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
 _CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)?$")
 
@@ -203,13 +202,3 @@ class TrainingCheckpoints:
                     os.remove(full)
                 except FileNotFoundError:
                     pass
-
-
-def restore_weights(model: Any, path: str) -> None:
-    """Loads only a native checkpoint's model weights (continued pre-training: no slots)."""
-    prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
-    if prefix is None:
-        raise FileNotFoundError(f"init_checkpoint: no checkpoint in {path}")
-    status = tf.train.Checkpoint(model=model).read(prefix)
-    status.expect_partial()  # the optimizer, step and data iterator are deliberately left out
-    status.assert_existing_objects_matched()

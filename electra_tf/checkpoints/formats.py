@@ -1,0 +1,164 @@
+"""Weights in and out of the three checkpoint formats: native, original (TF1) and Hugging Face.
+
+Every format is read into, or written from, one neutral form (`weights.SourceWeights`): a dict
+of NumPy arrays keyed by the ORIGINAL TF1 variable names (ORIGINAL.md section 5), which are
+also the keys of every model's `variable_map()`. So there is one name map per foreign format
+(HF: `hf`) and none for our own models.
+
+- native (`native`): this project's object-based `tf.train.Checkpoint(model=ElectraPretrainer)`,
+  a prefix or a directory (latest checkpoint), with the resolved `config.json` beside it.
+- original (`original`): a TF1 name-based checkpoint as google-research/electra writes and
+  releases it.
+- hf (`hf`): `discriminator/` and/or `generator/` folders of config.json + model.safetensors,
+  or one such folder on its own.
+
+`load_weights(model, path)` is the entry point for training and fine-tuning; `save_weights(...)`
+and `python -m electra_tf.convert` (`write_weights`) write the other direction.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import tensorflow as tf
+
+from electra_tf.checkpoints import hf
+from electra_tf.checkpoints.config_inference import config_from_models
+from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError, resolve_prefix
+from electra_tf.checkpoints.native import build_pretrainer, read_native, write_native_files
+from electra_tf.checkpoints.original import read_original, write_original_files
+from electra_tf.checkpoints.weights import LoadResult, SourceWeights, assign, model_weights
+from electra_tf.config import ModelConfig, PretrainingConfig
+
+FORMATS = ("native", "original", "hf")
+
+
+def detect_format(path: str) -> str:
+    """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
+    if os.path.isdir(path) and hf.is_hf_dir(path):
+        return "hf"
+    names = tf.train.load_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
+    return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"
+
+
+def read_weights(
+    path: str, fmt: str = "auto", config: PretrainingConfig | None = None
+) -> SourceWeights:
+    """Reads any format into weights keyed by original names (`fmt="auto"` detects it)."""
+    if fmt == "auto":
+        fmt = detect_format(path)
+    readers = {"native": read_native, "original": read_original, "hf": hf.read_hf}
+    if fmt not in readers:
+        raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
+    return readers[fmt](path, config)
+
+
+def load_weights(
+    model, path: str, fmt: str = "auto", config: PretrainingConfig | None = None
+) -> LoadResult:
+    """Loads weights from a native, original or hf checkpoint into `model`.
+
+    `model` is anything with `variable_map()` (ElectraPretrainer, a fine-tuning model, a bare
+    TransformerEncoder), built. Every target variable must be found with its exact shape,
+    except fine-tuning heads (`task_specific/...`), which stay as initialised and are listed
+    in `LoadResult.fresh`. Source variables the target has no place for (e.g. the generator
+    when fine-tuning) are logged and listed in `LoadResult.unused`; optimizer slots and the
+    step counter are ignored (`LoadResult.skipped`), and the source's step is
+    `LoadResult.global_step`. `config` is needed only for native checkpoints without a
+    `config.json` beside them.
+    """
+    source = read_weights(path, fmt, config)
+    return assign(model.variable_map(), source, where=type(model).__name__)
+
+
+def _written_by_us(entry: str) -> bool:
+    return (
+        entry in ("checkpoint", CONFIG_FILE, hf.DISCRIMINATOR, hf.GENERATOR)
+        or entry.endswith(".index")
+        or ".data-" in entry
+    )
+
+
+@contextmanager
+def _output_dir(path: str, overwrite: bool) -> Iterator[str]:
+    """A temporary sibling directory that replaces `path` only once fully written.
+
+    An existing `path` is replaced only with `overwrite`, and only if it holds nothing but
+    what an export writes, so a mistyped --output cannot wipe unrelated files.
+    """
+    path = os.path.abspath(path)
+    if os.path.exists(path):
+        if not overwrite:
+            raise CheckpointError(f"{path} exists; pass --overwrite to replace it")
+        if not os.path.isdir(path):
+            raise CheckpointError(f"{path} exists and is not a directory; not replacing it")
+        foreign = sorted(e for e in os.listdir(path) if not _written_by_us(e))
+        if foreign:
+            raise CheckpointError(
+                f"{path}: not replacing it, it holds files no export writes: {foreign}"
+            )
+    tmp = f"{path}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.exists(path):
+        old = f"{path}.old-{os.getpid()}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
+
+
+def save_weights(
+    model,
+    path: str,
+    fmt: str,
+    config: PretrainingConfig | ModelConfig | None = None,
+    global_step: int | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Writes `model`'s weights to `path` in `fmt` (a new directory, atomically).
+
+    `config` defaults to `model.config`; HF needs it for config.json, native writes it beside
+    the checkpoint. `global_step` goes into the original/native checkpoint.
+    """
+    config = config or getattr(model, "config", None)
+    if isinstance(config, ModelConfig):  # a bare encoder or a fine-tuning model's encoder
+        config = config_from_models(config, None, where=type(model).__name__)
+    if fmt not in FORMATS:
+        raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if fmt == "hf" and not isinstance(config, PretrainingConfig):
+        raise CheckpointError("an HF export needs the model's PretrainingConfig (config=...)")
+    with _output_dir(path, overwrite) as tmp:
+        if fmt == "native":
+            write_native_files(model, tmp, config, global_step)
+        elif fmt == "original":
+            write_original_files(model_weights(model), tmp, global_step)
+        else:
+            hf.write_hf_files(model_weights(model), tmp, config)
+
+
+def write_weights(source: SourceWeights, path: str, fmt: str, overwrite: bool = False) -> None:
+    """Writes weights read by `read_weights` in another format (native builds a pretrainer
+    from `source.config`, so every pre-training variable must be present)."""
+    if fmt not in FORMATS:
+        raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    model = None
+    if fmt == "native":
+        model = build_pretrainer(source.config)
+        assign(model.variable_map(), source, where="ElectraPretrainer")
+    with _output_dir(path, overwrite) as tmp:
+        if fmt == "native":
+            write_native_files(model, tmp, source.config, source.global_step)
+        elif fmt == "original":
+            write_original_files(source.weights, tmp, source.global_step)
+        else:
+            hf.write_hf_files(source.weights, tmp, source.config)

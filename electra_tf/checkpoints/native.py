@@ -1,0 +1,100 @@
+"""This project's own checkpoints: an object-based `tf.train.Checkpoint(model=ElectraPretrainer)`
+(training checkpoints also hold the optimizer, the step and the data iterator, see
+`training_state`), named `ckpt-<step>`, with the resolved `config.json` beside it. A prefix or a
+directory (its latest checkpoint) is read into the neutral weights by restoring it into a fresh
+pretrainer and reading the pretrainer's `variable_map()`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import tensorflow as tf
+
+from electra_tf.checkpoints.config_inference import read_config_file
+from electra_tf.checkpoints.files import (
+    CONFIG_FILE,
+    CheckpointError,
+    resolve_prefix,
+    write_state_file,
+)
+from electra_tf.checkpoints.weights import SourceWeights
+from electra_tf.config import PretrainingConfig, save_config
+
+CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
+
+
+def build_pretrainer(config: PretrainingConfig):
+    """An ElectraPretrainer with every variable created (so `variable_map()` is complete)."""
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+    # The special token ids steer masking only, never a variable; 0 fits any vocabulary.
+    return ElectraPretrainer(config, cls_id=0, sep_id=0, mask_id=0)
+
+
+def _native_root(prefix: str) -> tuple[str, int | None]:
+    """The checkpoint's key holding the model (what `tf.train.Checkpoint(<key>=model)` used)
+    and its step counter, if any."""
+    reader = tf.train.load_checkpoint(prefix)
+    roots = set()
+    step = None
+    for name in reader.get_variable_to_shape_map():
+        head = name.split("/", 1)[0]
+        if name in ("step/.ATTRIBUTES/VARIABLE_VALUE", "global_step/.ATTRIBUTES/VARIABLE_VALUE"):
+            step = int(reader.get_tensor(name))
+        elif head not in ("optimizer", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH", "step"):
+            roots.add(head)
+    if "model" in roots:  # training checkpoints also hold the optimizer and data iterator
+        return "model", step
+    if len(roots) != 1:
+        raise CheckpointError(f"{prefix}: no `model` object in the checkpoint (found {roots})")
+    return roots.pop(), step
+
+
+def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWeights:
+    """Restores a native checkpoint into a fresh ElectraPretrainer and reads its variable map."""
+    prefix = resolve_prefix(path)
+    if config is None:
+        config_path = os.path.join(os.path.dirname(prefix), CONFIG_FILE)
+        if not os.path.exists(config_path):
+            raise CheckpointError(
+                f"{prefix}: a native checkpoint needs its config; none at {config_path}, "
+                "pass --config (config=...)"
+            )
+        config = read_config_file(config_path)
+    root, step = _native_root(prefix)
+    model = build_pretrainer(config)
+    try:
+        status = tf.train.Checkpoint(**{root: model}).read(prefix)
+        status.assert_existing_objects_matched()
+        status.expect_partial()  # the optimizer, step and data iterator are not weights
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise CheckpointError(f"{prefix}: does not match the pretrainer of its config: {e}") from e
+    weights = {name: var.numpy() for name, var in model.variable_map().items()}
+    return SourceWeights(weights, "native", prefix, config, step)
+
+
+def write_native_files(
+    model, directory: str, config: PretrainingConfig | None, global_step: int | None
+) -> str:
+    """Writes `tf.train.Checkpoint(model=model, step=...)` as `ckpt-<step>` plus config.json."""
+    name = f"{CHECKPOINT_PREFIX}-{int(global_step or 0)}"
+    objects = {"model": model}
+    if global_step is not None:  # an unknown step stays unknown (HF weights carry none)
+        objects["step"] = tf.Variable(int(global_step), dtype=tf.int64, trainable=False)
+    tf.train.Checkpoint(**objects).write(os.path.join(directory, name))
+    write_state_file(directory, name)
+    if config is not None:
+        save_config(config, os.path.join(directory, CONFIG_FILE))
+    return os.path.join(directory, name)
+
+
+def restore_weights(model: Any, path: str) -> None:
+    """Loads only a native checkpoint's model weights (continued pre-training: no slots)."""
+    prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
+    if prefix is None:
+        raise FileNotFoundError(f"init_checkpoint: no checkpoint in {path}")
+    status = tf.train.Checkpoint(model=model).read(prefix)
+    status.expect_partial()  # the optimizer, step and data iterator are deliberately left out
+    status.assert_existing_objects_matched()

@@ -1,0 +1,74 @@
+"""Convert ELECTRA weights between this project's checkpoints, the original TF1 layout and
+Hugging Face safetensors folders.
+
+    python -m electra_tf.convert --from original --to hf --input electra_small \\
+        --output electra_small_hf [--config config.json] [--dry-run] [--overwrite]
+
+`--from auto` (the default) detects the input format. `--dry-run` prints every
+"source name [shape] -> target name [shape]" line and writes nothing. An existing output is
+replaced only with `--overwrite`. The name maps live in `electra_tf/checkpoints/hf.py` (HF) and
+in each model's `variable_map()` (native); see the README's checkpoints section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from electra_tf import checkpoints
+from electra_tf.checkpoints.hf import HFFormatError
+from electra_tf.checkpoints.mapping import mapping_lines
+from electra_tf.checkpoints.safetensors_io import SafetensorsError
+from electra_tf.config import ConfigError, PretrainingConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--from", dest="src", default="auto", choices=["auto", *checkpoints.FORMATS]
+    )
+    parser.add_argument("--to", dest="dst", required=True, choices=checkpoints.FORMATS)
+    parser.add_argument("--input", required=True, help="checkpoint prefix or directory")
+    parser.add_argument("--output", required=True, help="directory to create")
+    parser.add_argument(
+        "--config",
+        help="PretrainingConfig JSON (saved config or overrides); default: config.json beside "
+        "a native checkpoint, the HF config.json files, or inferred from shapes",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the mapping, write nothing")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+
+    try:
+        config: PretrainingConfig | None = None
+        if args.config:
+            config = checkpoints.read_config_file(args.config)
+        source = checkpoints.read_weights(args.input, args.src, config)
+        if args.dry_run:
+            native_vars = None
+            if args.dst == "native":
+                model = checkpoints.build_pretrainer(source.config)
+                native_vars = model.variable_map()
+                checkpoints.check_fit(native_vars, source, "ElectraPretrainer")
+            print("\n".join(mapping_lines(source, args.dst, native_vars)))
+            step = "none" if source.global_step is None else source.global_step
+            print(
+                f"# {len(source.weights)} tensors, {source.fmt} -> {args.dst}, "
+                f"global_step {step}; nothing written"
+            )
+            return 0
+        checkpoints.write_weights(source, args.output, args.dst, overwrite=args.overwrite)
+    except (checkpoints.CheckpointError, ConfigError, HFFormatError, SafetensorsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    step = "" if source.global_step is None else f" (global_step {source.global_step})"
+    print(f"wrote {args.output} ({args.dst}) from {source.path} ({source.fmt}){step}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

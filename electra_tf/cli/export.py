@@ -1,0 +1,85 @@
+"""SavedModels for TF Serving: `python -m electra_tf.export` (behind `make export`).
+
+    python -m electra_tf.export --data-dir D --model-name M [--task T] [--kind K]
+        [--output-dir DIR] [--version N] [--overwrite]
+
+Without `--task` it exports the pre-trained discriminator (replaced-token probabilities and a
+sentence score) and the bare encoder (sequence output and [CLS] vector) from the latest
+checkpoint in `<data_dir>/models/<model_name>/`; with `--task` the fine-tuned task model from
+`<model_dir>/finetuning_models/<task>_model_<trial>/`. Each lands in TF Serving's versioned
+layout, `<output_dir>/<model_name>_<kind or task>/<version>/`, with `vocab.txt`, the resolved
+`config.json` and `export.json` (kind, signatures, labels) as assets. The signatures are
+described in `electra_tf/serving/module.py`.
+
+A version directory is written under a temporary name and renamed into place, so TF Serving,
+which watches the numbered directories, never loads a half-written model. An existing version
+is replaced only with `--overwrite` (`electra_tf/serving/saved_model.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m electra_tf.export", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--data-dir", required=True, help="the data dir of pretrain/finetune")
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--task", help="export this fine-tuned task (e.g. sst, sts, squad, chunk)")
+    parser.add_argument(
+        "--kind",
+        choices=("all", "discriminator", "encoder"),
+        default="all",
+        help="without --task: which pre-trained model(s) to export (default both)",
+    )
+    parser.add_argument("--checkpoint", help="a checkpoint (dir or prefix) instead of the latest")
+    parser.add_argument("--trial", type=int, default=1, help="fine-tuning trial to export")
+    parser.add_argument("--vocab-file", help="default: <model dir>/vocab.txt or the config's")
+    parser.add_argument("--output-dir", help="default: <data_dir>/models/<model_name>/serving")
+    parser.add_argument("--version", type=int, help="default: one past the highest existing")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    parser.add_argument("--max-seq-length", type=int, help="default: the config's max_seq_length")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from electra_tf.serving import sources
+    from electra_tf.serving.saved_model import ExportError, check_writable, write_export
+
+    model_dir = os.path.join(args.data_dir, "models", args.model_name)
+    output_dir = args.output_dir or os.path.join(model_dir, "serving")
+    kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
+    names = [f"{args.model_name}_{k}" for k in ((args.task,) if args.task else kinds)]
+    try:
+        if args.version is not None:
+            # Fail before loading and tracing anything when a target version is taken.
+            for name in names:
+                check_writable(os.path.join(output_dir, name, str(args.version)), args.overwrite)
+        if args.task:
+            spec = sources.task_spec(
+                args.model_name, model_dir, args.task, args.trial, args.checkpoint,
+                args.vocab_file, args.max_seq_length,
+            )  # fmt: skip
+            specs = [spec]
+        else:
+            specs = sources.pretrained_specs(
+                args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
+                args.max_seq_length,
+            )  # fmt: skip
+        for spec in specs:
+            path = write_export(spec, output_dir, args.version, args.overwrite)
+            print(f"exported {spec.kind} -> {path}")
+    except (ExportError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""`python -m electra_tf.pretrain`: the original's `run_pretraining.py` command line.
+
+    python -m electra_tf.pretrain --data-dir DATA --model-name NAME [--preset small]
+        [--hparams '{"num_train_steps": 1000}' | --hparams my_hparams.json]
+
+Config: dataclass defaults -> `configs/<preset>.json` -> `--hparams` -> derived values.
+`do_train` (default) trains and resumes from the model dir's latest checkpoint; `do_eval`
+evaluates the latest checkpoint (`--all-checkpoints`: every kept one, oldest first).
+
+Exit codes: 0 done; 2 bad configuration or input; 128 + signal when stopped by SIGINT (130)
+or SIGTERM (143) after saving a checkpoint at the step reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from electra_tf.config import (  # noqa: E402
+    ConfigError,
+    PretrainingConfig,
+    load_preset,
+    parse_hparams,
+    pretraining_config,
+)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m electra_tf.pretrain", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--data-dir", required=True, help="location of data files and models")
+    parser.add_argument("--model-name", required=True, help="name of the model (its directory)")
+    parser.add_argument(
+        "--preset", default=None, help="configs/<preset>.json: tiny, small, base, large, ..."
+    )
+    parser.add_argument(
+        "--hparams", default="{}", help="JSON object, or a path to a .json file, of overrides"
+    )
+    parser.add_argument(
+        "--all-checkpoints",
+        action="store_true",
+        help="with do_eval: evaluate every kept checkpoint, not only the latest",
+    )
+    return parser.parse_args(argv)
+
+
+def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingConfig:
+    """Reads the vocab, and sizes the embedding table from it unless vocab_size was given."""
+    from electra_tf.data.tokenization import id_count, load_vocab
+
+    path = config.resolved_vocab_file()
+    try:
+        vocab = load_vocab(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"vocab_file: {e}") from e
+    size = id_count(vocab)
+    if size == config.vocab_size:
+        return config
+    if "vocab_size" in explicit:
+        if size > config.vocab_size:
+            raise ConfigError(
+                f"vocab_size: {config.vocab_size} is smaller than the {size} entries of {path}"
+            )
+        return config
+    print(
+        f"vocab_size: using {size}, the size of {path} (the default was {config.vocab_size})",
+        flush=True,
+    )
+    return dataclasses.replace(config, vocab_size=size)
+
+
+def build_config(args: argparse.Namespace) -> PretrainingConfig:
+    config = pretraining_config(args.model_name, args.data_dir, args.preset, args.hparams)
+    explicit = set(load_preset(args.preset)) | set(parse_hparams(args.hparams))
+    return resolve_vocab(config, explicit)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = build_config(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    from electra_tf.pretraining import loop
+
+    try:
+        if config.do_train:
+            result = loop.train(config)
+            return 128 + result.interrupted_by if result.interrupted_by else 0
+        prefixes = [None]
+        if args.all_checkpoints:
+            from electra_tf.checkpoints.training_state import kept_checkpoints
+
+            prefixes = kept_checkpoints(config.resolved_model_dir()) or [None]
+        for prefix in prefixes:
+            loop.evaluate(config, prefix)
+        return 0
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

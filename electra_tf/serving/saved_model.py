@@ -1,0 +1,128 @@
+"""The SavedModel writer: TF Serving's versioned layout, written atomically, with assets.
+
+Each export lands in `<output_dir>/<name>/<version>/` with `vocab.txt`, the resolved
+`config.json` and `export.json` (kind, signatures, labels) as assets. A version directory is
+written under a temporary name and renamed into place, so TF Serving, which watches the
+numbered directories, never loads a half-written model. An existing version is replaced only
+with `overwrite`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+EXPORT_INFO_FILE = "export.json"
+
+
+class ExportError(ValueError):
+    """Bad export arguments or an output that cannot be written; the message names the path."""
+
+
+# ------------------------------------------------------------------------------ layout
+def existing_versions(base_dir: str) -> list[int]:
+    """Numbered version directories under a TF Serving model base path, ascending."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(int(e) for e in os.listdir(base_dir) if e.isdigit())
+
+
+def save_versioned(
+    module: Any,
+    signatures: dict[str, Any],
+    base_dir: str,
+    version: int | None = None,
+    overwrite: bool = False,
+    extra_assets: dict[str, str] | None = None,
+) -> str:
+    """Saves `module` as `<base_dir>/<version>/` and returns that path.
+
+    `version` None -> one past the highest existing version (1 for a new model), so a plain
+    re-export adds a version instead of replacing one. `extra_assets` ({file name: content})
+    are written into the SavedModel's `assets/` directory beside the tracked assets.
+    """
+    import tensorflow as tf
+
+    if version is None:
+        versions = existing_versions(base_dir)
+        version = versions[-1] + 1 if versions else 1
+    if version < 0:
+        raise ExportError(f"--version {version}: TF Serving versions are non-negative integers")
+    final = os.path.join(base_dir, str(version))
+    check_writable(final, overwrite)
+    os.makedirs(base_dir, exist_ok=True)
+    # A non-numeric name: TF Serving ignores it while it is being written.
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base_dir)
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        assets = os.path.join(tmp, "assets")
+        os.makedirs(assets, exist_ok=True)
+        for name, content in (extra_assets or {}).items():
+            with open(os.path.join(assets, name), "w", encoding="utf-8") as f:
+                f.write(content)
+        if os.path.exists(final):
+            old = f"{final}.old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def check_writable(version_dir: str, overwrite: bool) -> None:
+    """Refuses to replace a version without `overwrite`, or anything that is not a SavedModel."""
+    if not os.path.exists(version_dir):
+        return
+    if not overwrite:
+        raise ExportError(f"{version_dir} exists; pass --overwrite to replace it")
+    if not os.path.isfile(os.path.join(version_dir, "saved_model.pb")):
+        raise ExportError(f"{version_dir} exists and is not a SavedModel; not replacing it")
+
+
+def config_json(config: Any) -> str:
+    return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True, default=list)
+
+
+@dataclasses.dataclass
+class ExportSpec:
+    """One SavedModel to write: what `build_module` needs and what `export.json` records."""
+
+    kind: str
+    name: str
+    module: Any  # a ServingModule
+    config_text: str
+    vocab_file: str
+    info: dict[str, Any]
+
+
+def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwrite: bool) -> str:
+    signatures = spec.module.signatures()
+    info = {
+        **spec.info,
+        "kind": spec.kind,
+        "signatures": {
+            key: {
+                "inputs": sorted(fn.structured_input_signature[1]),
+                "outputs": sorted(fn.structured_outputs),
+            }
+            for key, fn in signatures.items()
+        },
+    }
+    with open(spec.vocab_file, encoding="utf-8") as f:
+        vocab_text = f.read()
+    assets = {
+        "vocab.txt": vocab_text,
+        "config.json": spec.config_text,
+        EXPORT_INFO_FILE: json.dumps(info, indent=2, sort_keys=True),
+    }
+    return save_versioned(
+        spec.module, signatures, os.path.join(output_dir, spec.name), version, overwrite, assets
+    )

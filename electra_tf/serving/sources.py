@@ -1,0 +1,149 @@
+"""The project's own models as `ExportSpec`s: the pre-trained discriminator and encoder from a
+pre-training checkpoint (any format `checkpoints` reads), or a fine-tuned task model from its
+trial directory (`<model_dir>/finetuning_models/<task>_model_<trial>/`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+from electra_tf import checkpoints
+from electra_tf.checkpoints.files import CONFIG_FILE
+from electra_tf.config import ModelConfig, PretrainingConfig
+from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
+from electra_tf.modeling.discriminator import dummy_inputs
+from electra_tf.serving.kinds import check_length, serving_module
+from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json
+
+
+def find_vocab(model_dir: str, fallback: str, override: str | None) -> str:
+    """`override` (--vocab-file), else the model dir's vocab.txt, else the config's vocabulary."""
+    for path in (override, os.path.join(model_dir, "vocab.txt"), fallback):
+        if path and os.path.isfile(path):
+            return path
+    raise ExportError(
+        f"no vocabulary: looked for {override or '(no --vocab-file)'}, "
+        f"{os.path.join(model_dir, 'vocab.txt')} and {fallback}; pass --vocab-file"
+    )
+
+
+def pretrained_specs(
+    model_name: str,
+    model_dir: str,
+    kinds: tuple[str, ...],
+    checkpoint: str | None = None,
+    vocab_file: str | None = None,
+    max_seq_length: int | None = None,
+) -> list[ExportSpec]:
+    """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
+    in `model_dir`, or from `checkpoint` (a directory or prefix)."""
+    path = checkpoint or model_dir
+    # The resolved config saved beside the checkpoint (or in the model dir) records what the
+    # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
+    config_file = next(
+        (
+            f
+            for f in (
+                os.path.join(path if os.path.isdir(path) else os.path.dirname(path), CONFIG_FILE),
+                os.path.join(model_dir, CONFIG_FILE),
+            )
+            if os.path.isfile(f)
+        ),
+        None,
+    )
+    given = checkpoints.read_config_file(config_file) if config_file else None
+    source = checkpoints.read_weights(path, config=given)
+    config: PretrainingConfig = source.config
+    model_config = config.discriminator_config()
+    vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)
+    max_len = max_seq_length or config.max_seq_length
+    check_length(max_len, model_config)
+    specs = []
+    for kind in kinds:
+        if kind == "discriminator":
+            model = ElectraDiscriminator(config.discriminator_config())
+            model(dummy_inputs())
+            variables = model.variable_map()
+        else:
+            model = TransformerEncoder(model_config, name="electra")
+            variables = model.variable_map("electra")
+        checkpoints.assign(variables, source, where=kind)
+        module = serving_module(
+            kind, model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents
+        )
+        info = {
+            "source": source.path,
+            "global_step": source.global_step,
+            "max_seq_length": max_len,
+            "model_config": model_config.to_dict(),
+        }
+        specs.append(
+            ExportSpec(kind, f"{model_name}_{kind}", module, config_json(config), vocab_file, info)
+        )
+    return specs
+
+
+def task_spec(
+    model_name: str,
+    model_dir: str,
+    task_name: str,
+    trial: int = 1,
+    checkpoint: str | None = None,
+    vocab_file: str | None = None,
+    max_seq_length: int | None = None,
+) -> ExportSpec:
+    """The spec of fine-tuning trial `trial` of `task_name` (its FinetuningModel checkpoint), or
+    of the trial directory `checkpoint`."""
+    from electra_tf.data.tokenization import FullTokenizer
+    from electra_tf.finetuning.config import (
+        FINETUNING_CONFIG_FILE,
+        MODEL_CONFIG_FILE,
+        load_finetuning_config,
+    )
+    from electra_tf.finetuning.model import FinetuningModel
+    from electra_tf.finetuning.registry import get_task
+    from electra_tf.finetuning.task import shared_feature_specs
+
+    run_dir = checkpoint or os.path.join(
+        model_dir, "finetuning_models", f"{task_name}_model_{trial}"
+    )
+    config_path = os.path.join(run_dir, FINETUNING_CONFIG_FILE)
+    model_config_path = os.path.join(run_dir, MODEL_CONFIG_FILE)
+    for path in (config_path, model_config_path):
+        if not os.path.isfile(path):
+            raise ExportError(f"{path} not found: fine-tune {task_name} first (make finetune)")
+    config = load_finetuning_config(config_path)
+    if task_name not in config.task_names:
+        raise ExportError(f"{run_dir} was fine-tuned on {config.task_names}, not {task_name}")
+    with open(model_config_path, encoding="utf-8") as f:
+        model_config = ModelConfig.from_dict(json.load(f))
+    vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)
+    tokenizer = FullTokenizer(vocab_file, config.do_lower_case, config.do_strip_accents)
+    tasks = [get_task(name, config, tokenizer) for name in config.task_names]
+    task = tasks[config.task_names.index(task_name)]
+    specs = shared_feature_specs(config)
+    for t in tasks:
+        specs += t.feature_specs()
+    model = FinetuningModel(model_config, tasks, specs)
+    latest = tf.train.latest_checkpoint(run_dir)
+    if latest is None:
+        raise ExportError(f"{run_dir}: no checkpoint")
+    status = tf.train.Checkpoint(model=model).read(latest)
+    status.assert_existing_objects_matched().expect_partial()
+    max_len = max_seq_length or config.max_seq_length
+    check_length(max_len, model_config)
+    module = serving_module(
+        "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,
+        tasks,
+    )  # fmt: skip
+    info = {
+        "source": latest,
+        "task": task_name,
+        "max_seq_length": max_len,
+        "model_config": model_config.to_dict(),
+    }
+    return ExportSpec(
+        module.kind, f"{model_name}_{task_name}", module, config_json(config), vocab_file, info
+    )

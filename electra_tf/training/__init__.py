@@ -1,1 +1,0 @@
-"""The pre-training loop: checkpoints that resume exactly, progress reporting, the run itself."""

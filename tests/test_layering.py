@@ -1,0 +1,164 @@
+"""The package's import layering: no import cycle between modules, and no import from a lower
+layer to a higher one.
+
+`LAYERS` is the one statement of the order, lowest first. A module belongs to the layer of the
+longest prefix that names it, so a run (`pretraining.loop`, `finetuning.runner`) can live with
+its stage and still stand above the checkpoints it loads and saves: a stage's objectives,
+models and tasks sit below `checkpoints` (which builds the pretrainer to read a native
+checkpoint), and a stage's run sits above it (it loads pre-trained weights in every format).
+
+Every `import` and `from ... import` counts, lazy ones inside functions included: an import
+deferred to keep `import electra_tf` cheap is still a dependency, and a lazy import is how a
+cycle hides. `importlib.import_module` with a string (`electra_tf.api`, which resolves the
+public names on first use) is not an import statement and is not seen; `api` sits at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+PACKAGE = "electra_tf"
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
+
+# Lowest first. A module may import modules of its own layer or of the layers before it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("config", "atomic_io", "device_defaults", "optimization")),
+    ("data", ("data",)),
+    ("modeling", ("modeling",)),
+    ("stages", ("pretraining", "finetuning")),
+    ("checkpoints and serving", ("checkpoints", "serving")),
+    ("runs", ("pretraining.loop", "finetuning.runner")),
+    ("commands and API", ("cli", "pretrain", "finetune", "export", "convert", "api", "")),
+]
+
+
+def module_files() -> dict[str, str]:
+    """Every module of the package: dotted name -> file (a package is its `__init__.py`)."""
+    found = {}
+    for directory, _, files in os.walk(ROOT):
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            path = os.path.join(directory, file)
+            parts = os.path.relpath(path, os.path.dirname(ROOT))[: -len(".py")].split(os.sep)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imported_modules(name: str, path: str, modules: set[str]) -> set[str]:
+    """The package's modules that `name` imports (`from pkg import sub` names module `sub`)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    is_package = path.endswith("__init__.py")
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against this module's package
+                package = name.split(".")
+                package = package if is_package else package[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([base] if base else []))
+            for alias in node.names:
+                # `from pkg import sub` imports the module `sub`; `from pkg import Name`, `pkg`.
+                target = f"{base}.{alias.name}"
+                found.add(target if target in modules else base)
+    return (found & modules) - {name}
+
+
+def layer_of(module: str) -> int:
+    best, best_length = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            full = f"{PACKAGE}.{prefix}" if prefix else PACKAGE
+            if (module == full or module.startswith(full + ".")) and len(full) > best_length:
+                best, best_length = index, len(full)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+    return best
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    return {name: imported_modules(name, path, set(files)) for name, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None (DFS colouring)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for successor in sorted(graph.get(node, ())):
+            if state.get(successor) == 1:
+                return path[path.index(successor) :] + [successor]
+            if successor not in state:
+                cycle = visit(successor)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_graph_sees_imports():
+    # Guards against a collector that finds nothing (then every check below passes vacuously).
+    graph = import_graph()
+    assert "electra_tf.modeling" in graph["electra_tf.pretraining.pretrainer"]
+    assert "electra_tf.config" in graph["electra_tf.modeling.encoder"]
+    assert sum(map(len, graph.values())) > 100
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_every_module_is_in_a_layer():
+    for module in import_graph():
+        layer_of(module)
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    upward = [
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(module)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize(
+    "graph, cycle",
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": {"c"}, "c": set()}, None),
+        ({"a": {"b", "c"}, "b": {"c"}, "c": set()}, None),  # a diamond is not a cycle
+    ],
+)
+def test_find_cycle(graph, cycle):
+    assert find_cycle(graph) == cycle
+
+
+def test_a_module_takes_the_layer_of_its_longest_prefix():
+    assert layer_of("electra_tf.pretraining.masking") < layer_of("electra_tf.checkpoints.hf")
+    assert layer_of("electra_tf.checkpoints.hf") < layer_of("electra_tf.pretraining.loop")
+    assert layer_of("electra_tf.data.corpus") < layer_of("electra_tf.modeling.encoder")
+    assert layer_of("electra_tf") == len(LAYERS) - 1
