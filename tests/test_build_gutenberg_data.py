@@ -1,20 +1,12 @@
 """data_prep/build_gutenberg_data.py: book split, vocabulary on the training books only,
 licence text stripped, both TFRecord splits, and a rerun that keeps what exists."""
 
-import importlib.util
 import lzma
 import os
 
 import tensorflow as tf
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "data_prep", "build_gutenberg_data.py")
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("build_gutenberg_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from electra_tf.cli import build_gutenberg_data
 
 
 def _book(words, licence):
@@ -41,7 +33,7 @@ def test_split_vocab_and_records(tmp_path, capsys):
     argv = ["--books-dir", str(books), "--data-dir", str(data), "--heldout-every", "3"]
     argv += ["--vocab-size", "200", "--train-shards", "2", "--num-processes", "1"]
     argv += ["--max-seq-length", "32"]
-    assert _script().main(argv) == 0
+    assert build_gutenberg_data.main(argv) == 0
     assert sorted(os.listdir(data / "corpus-heldout")) == ["pg2.txt", "pg5.txt.xz"]
     assert len(os.listdir(data / "corpus-train")) == 4
     vocab = (data / "vocab.txt").read_text().split("\n")
@@ -53,6 +45,6 @@ def test_split_vocab_and_records(tmp_path, capsys):
         assert sum(1 for f in files for _ in tf.data.TFRecordDataset(str(f))) > 0
     before = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
     capsys.readouterr()
-    assert _script().main(argv) == 0  # a rerun keeps everything
+    assert build_gutenberg_data.main(argv) == 0  # a rerun keeps everything
     assert "keeping" in capsys.readouterr().out
     assert before == {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
