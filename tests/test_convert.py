@@ -93,3 +93,29 @@ def test_module_entry_point_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "original -> hf, global_step 42; nothing written" in result.stdout
     assert not (tmp_path / "hf").exists()
+
+
+def test_float16_discriminator_only_hf_loads_back_into_a_float32_model(tmp_path, capsys):
+    from electra_tf import ElectraDiscriminator, load_weights, read_weights
+    from electra_tf.checkpoints.safetensors_io import load_file_with_metadata
+    from electra_tf.modeling.discriminator import dummy_inputs
+
+    _, values = _tf1_checkpoint(tmp_path / "orig")
+    args = ["--input", str(tmp_path / "orig"), "--output", str(tmp_path / "hf")]
+    assert convert.main(["--to", "original", "--float16", *args]) == 2  # hf only
+    capsys.readouterr()
+    assert convert.main(["--to", "hf", "--float16", "--discriminator-only", *args]) == 0
+    assert os.listdir(tmp_path / "hf") == ["discriminator"]
+    tensors, _ = load_file_with_metadata(
+        str(tmp_path / "hf" / "discriminator" / "model.safetensors")
+    )
+    assert {a.dtype for a in tensors.values()} == {np.dtype(np.float16)}
+    source = read_weights(str(tmp_path / "hf"))
+    model = ElectraDiscriminator(source.config.discriminator_config())
+    model(dummy_inputs())
+    load_weights(model, str(tmp_path / "hf"))
+    loaded = {n: v.numpy() for n, v in model.variable_map().items()}
+    assert {v.dtype for v in loaded.values()} == {np.dtype(np.float32)}
+    assert sorted(loaded) == sorted(n for n in values if n.startswith(("electra/", "discrim")))
+    for name, value in loaded.items():
+        np.testing.assert_array_equal(value, values[name].astype(np.float16).astype(np.float32))

@@ -13,14 +13,32 @@ in each model's `variable_map()` (native); see the README's checkpoints section.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
+
+import numpy as np
 
 from electra_tf import checkpoints
 from electra_tf.checkpoints.hf import HFFormatError
 from electra_tf.checkpoints.mapping import mapping_lines
 from electra_tf.checkpoints.safetensors_io import SafetensorsError
 from electra_tf.config import ConfigError, PretrainingConfig
+
+# Variable scopes that belong to the generator alone (the embeddings are the discriminator's).
+GENERATOR_SCOPES = ("generator/", "generator_predictions/")
+
+
+def _selected(source, float16: bool, discriminator_only: bool):
+    """`source` without the generator's tensors and/or with float32 tensors as float16."""
+    weights = source.weights
+    if discriminator_only:
+        weights = {n: v for n, v in weights.items() if not n.startswith(GENERATOR_SCOPES)}
+    if float16:
+        weights = {
+            n: v.astype(np.float16) if v.dtype == np.float32 else v for n, v in weights.items()
+        }
+    return dataclasses.replace(source, weights=weights)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the mapping, write nothing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    parser.add_argument(
+        "--float16",
+        action="store_true",
+        help="--to hf only: store float32 tensors as float16 (half the size; loading casts back)",
+    )
+    parser.add_argument(
+        "--discriminator-only",
+        action="store_true",
+        help="leave the generator out (e.g. to ship a model for fine-tuning)",
+    )
     args = parser.parse_args(argv)
+    if args.float16 and args.dst != "hf":
+        print("error: --float16 is for --to hf (native and original stay float32)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
     try:
@@ -48,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.config:
             config = checkpoints.read_config_file(args.config)
         source = checkpoints.read_weights(args.input, args.src, config)
+        source = _selected(source, args.float16, args.discriminator_only)
         if args.dry_run:
             native_vars = None
             if args.dst == "native":
