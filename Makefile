@@ -50,11 +50,12 @@ pretrain: $(STAMP) $(if $(DATA_DIR),,default-data)
 
 finetune: $(STAMP)
 	$(PY) -m electra_tf.finetune --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
-		--tasks $(TASK) --hparams '$(HPARAMS)'
+		--tasks $(TASK) --hparams '$(HPARAMS)' $(if $(PRETRAINED),--pretrained $(PRETRAINED),)
 
 export: $(STAMP)
 	$(PY) -m electra_tf.export --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
-		$(if $(filter command line,$(origin TASK)),--task $(TASK),)
+		$(if $(filter command line,$(origin TASK)),--task $(TASK),) \
+		$(if $(PRETRAINED),--pretrained $(PRETRAINED),)
 
 # make convert TO=hf INPUT=path OUTPUT=path [FROM=original] [CONVERT_FLAGS="--dry-run --overwrite"]
 convert: $(STAMP)

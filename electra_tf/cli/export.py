@@ -44,7 +44,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--version", type=int, help="default: one past the highest existing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
     parser.add_argument("--max-seq-length", type=int, help="default: the config's max_seq_length")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pretrained",
+        help="without --task: a shipped model folder (weights + vocab.txt), as --checkpoint "
+        "DIR --vocab-file DIR/vocab.txt",
+    )
+    args = parser.parse_args(argv)
+    if args.pretrained:
+        if args.task:
+            parser.error("--pretrained exports a pre-trained model; --task a fine-tuned one")
+        args.checkpoint = args.checkpoint or args.pretrained
+        args.vocab_file = args.vocab_file or os.path.join(args.pretrained, "vocab.txt")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

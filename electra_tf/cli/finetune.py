@@ -5,6 +5,10 @@ JSON string or a .json file; `task_names` and `model_size` may be given in the h
 original), plus `--tasks`. Reads `<D>/finetuning_data/<task>/`, initialises the encoder from
 `<D>/models/<M>` (its latest checkpoint: native, original TF1 or HF), and writes
 `<D>/models/<M>/results/<tasks>_results.{txt,json}`.
+
+`--pretrained DIR` starts from a shipped model folder instead (e.g.
+`pretrained/electra-tiny-gutenberg`): its weights and its `vocab.txt`, unless the hparams name
+`init_checkpoint` / `vocab_file` themselves.
 """
 
 from __future__ import annotations
@@ -14,6 +18,14 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pretrained_hparams(folder: str) -> dict[str, str]:
+    """init_checkpoint and vocab_file of a shipped model folder."""
+    vocab = os.path.join(folder, "vocab.txt")
+    if not os.path.isdir(folder) or not os.path.isfile(vocab):
+        raise SystemExit(f"error: --pretrained {folder}: not a folder with a vocab.txt")
+    return {"init_checkpoint": folder, "vocab_file": vocab}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,14 +40,20 @@ def main(argv: list[str] | None = None) -> int:
         "--tasks", default=None, help="comma-separated task names (else hparams' task_names)"
     )
     parser.add_argument("--hparams", default="{}", help="JSON object or path to a .json file")
+    parser.add_argument(
+        "--pretrained", help="a shipped model folder (weights + vocab.txt) to start from"
+    )
     args = parser.parse_args(argv)
 
-    from electra_tf.config import ConfigError
+    from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.task import DataError
 
     try:
-        config = finetuning_config(args.model_name, args.data_dir, args.hparams, tasks=args.tasks)
+        hparams = parse_hparams(args.hparams)
+        if args.pretrained:
+            hparams = {**pretrained_hparams(args.pretrained), **hparams}
+        config = finetuning_config(args.model_name, args.data_dir, hparams, tasks=args.tasks)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
