@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 
@@ -37,3 +38,18 @@ def write_text(path: str, text: str, sync: bool = False) -> None:
 def write_json(path: str, obj: Any, **dump_kwargs: Any) -> None:
     """Writes `obj` as JSON to `path` atomically; `dump_kwargs` go to `json.dumps`."""
     write_text(path, json.dumps(obj, **dump_kwargs))
+
+
+def replace_dir(new: str, path: str) -> None:
+    """Moves the finished directory `new` to `path`, replacing what is there.
+
+    The old directory is renamed aside before the new one takes its name and is deleted only
+    after, so `path` never holds a mix of the two; a reader sees the old or the new version.
+    """
+    if os.path.exists(path):
+        old = f"{path}.old-{os.getpid()}"
+        os.replace(path, old)
+        os.replace(new, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(new, path)

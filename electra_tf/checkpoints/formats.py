@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import tensorflow as tf
 
+from electra_tf.atomic_io import replace_dir
 from electra_tf.checkpoints import hf
 from electra_tf.checkpoints.config_inference import config_from_models
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError, resolve_prefix
@@ -108,13 +109,7 @@ def _output_dir(path: str, overwrite: bool) -> Iterator[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if os.path.exists(path):
-        old = f"{path}.old-{os.getpid()}"
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
+    replace_dir(tmp, path)
 
 
 def save_weights(

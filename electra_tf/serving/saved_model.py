@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from typing import Any
 
+from electra_tf.atomic_io import replace_dir
+
 EXPORT_INFO_FILE = "export.json"
 
 
@@ -64,13 +66,7 @@ def save_versioned(
         for name, content in (extra_assets or {}).items():
             with open(os.path.join(assets, name), "w", encoding="utf-8") as f:
                 f.write(content)
-        if os.path.exists(final):
-            old = f"{final}.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, final)
+        replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
