@@ -101,3 +101,52 @@ def test_featurization_key_tracks_record_shaping_settings(tmp_path):
     assert a != b
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n")
     assert finetuning_config("m", str(tmp_path), None, tasks="rte").featurization_key() != a
+
+
+def _hf_config_only(folder, hidden, layers):
+    """An HF discriminator folder with config.json alone: the size rules read nothing else."""
+    import json
+
+    folder.mkdir(parents=True)
+    values = {"model_type": "electra", "architectures": ["ElectraForPreTraining"]}
+    values.update(hidden_size=hidden, num_hidden_layers=layers, embedding_size=hidden)
+    values.update(num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
+    (folder / "config.json").write_text(json.dumps(values))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "hidden, layers, size, lr, decay",
+    [(1024, 24, "large", 5e-5, 0.9), (768, 12, "base", 1e-4, 0.8), (256, 12, "small", 1e-4, 0.8)],
+)
+def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, decay):
+    from electra_tf.finetuning.runner import checkpoint_model_size
+
+    path = _hf_config_only(tmp_path / "disc", hidden, layers)
+    c = finetuning_config(
+        "m", "d", {"init_checkpoint": path}, "sst", checkpoint_size=checkpoint_model_size
+    )
+    assert (c.model_size, c.learning_rate, c.layerwise_lr_decay) == (size, lr, decay)
+    # The user's explicit values still win over the rules (the original's second update).
+    c = finetuning_config(
+        "m", "d", {"init_checkpoint": path, "learning_rate": 3e-4}, "sst",
+        checkpoint_size=checkpoint_model_size,
+    )  # fmt: skip
+    assert c.learning_rate == 3e-4
+
+
+def test_a_model_size_contradicting_the_checkpoint_is_refused(tmp_path):
+    from electra_tf.finetuning.config import size_of_encoder
+    from electra_tf.finetuning.runner import check_model_size, checkpoint_model_size
+
+    path = _hf_config_only(tmp_path / "disc", 1024, 24)
+    hparams = {"init_checkpoint": path, "model_size": "small"}
+    with pytest.raises(ConfigError, match="holds a large encoder"):
+        finetuning_config("m", "d", hparams, "sst", checkpoint_size=checkpoint_model_size)
+    # Built without the checkpoint's size (the API's plain call), the run refuses to start.
+    plain = finetuning_config("m", "d", {"init_checkpoint": path}, "sst")
+    large = finetuning_config("m", "d", {"model_size": "large"}, "sst").model_config()
+    assert size_of_encoder(large) == "large"
+    with pytest.raises(ConfigError, match='"model_size": "large"'):
+        check_model_size(plain, large)
+    check_model_size(plain, plain.model_config())  # a small encoder: no complaint

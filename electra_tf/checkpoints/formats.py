@@ -27,10 +27,15 @@ import tensorflow as tf
 
 from electra_tf.atomic_io import replace_dir
 from electra_tf.checkpoints import hf
-from electra_tf.checkpoints.config_inference import config_from_models
+from electra_tf.checkpoints.config_inference import config_from_models, infer_config
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError, resolve_prefix
-from electra_tf.checkpoints.native import build_pretrainer, read_native, write_native_files
-from electra_tf.checkpoints.original import read_original, write_original_files
+from electra_tf.checkpoints.native import (
+    build_pretrainer,
+    read_native,
+    read_native_config,
+    write_native_files,
+)
+from electra_tf.checkpoints.original import is_model_variable, read_original, write_original_files
 from electra_tf.checkpoints.weights import LoadResult, SourceWeights, assign, model_weights
 from electra_tf.config import ModelConfig, PretrainingConfig
 
@@ -55,6 +60,22 @@ def read_weights(
     if fmt not in readers:
         raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
     return readers[fmt](path, config)
+
+
+def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
+    """A checkpoint's PretrainingConfig without reading its tensors: the config.json beside a
+    native checkpoint, the HF config.json files, or an original checkpoint's variable shapes."""
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "native":
+        return read_native_config(resolve_prefix(path))
+    if fmt == "original":
+        prefix = resolve_prefix(path)
+        shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+        return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
+    if fmt == "hf":
+        return hf.pretraining_config(hf.read_model_configs(path), False, path)
+    raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
 
 
 def load_weights(

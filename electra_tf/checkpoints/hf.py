@@ -61,7 +61,7 @@ _LOG = logging.getLogger(__name__)
 _EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 
 
-class HFFormatError(ValueError):
+class HFFormatError(CheckpointError):
     """A Hugging Face directory that cannot be read or written; the message names the file."""
 
 
@@ -234,6 +234,33 @@ def folders(path: str) -> dict[str, str]:
     return {part: path}
 
 
+def read_model_configs(path: str) -> dict[str, ModelConfig]:
+    """The ModelConfig of each HF folder at `path`, from its config.json alone (no tensors)."""
+    configs = {}
+    for part, folder in folders(path).items():
+        config_path = os.path.join(folder, CONFIG_FILE)
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise HFFormatError(f"{config_path}: not a readable JSON config ({e})") from e
+        configs[part] = model_config_from_dict(values, config_path)
+    return configs
+
+
+def pretraining_config(
+    configs: Mapping[str, ModelConfig], untied: bool, path: str
+) -> PretrainingConfig:
+    """The PretrainingConfig of HF folders, from their ModelConfigs."""
+    disc = configs.get(DISCRIMINATOR)
+    if disc is None:
+        raise CheckpointError(
+            f"{path}: a generator folder without a discriminator folder needs --config "
+            "(the discriminator's size is not recorded anywhere in it)"
+        )
+    return config_from_models(disc, configs.get(GENERATOR), untied, where=path)
+
+
 def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
     """Weights by original name, the ModelConfig per folder, and the HF keys left unused.
 
@@ -241,13 +268,9 @@ def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list
     discriminator's bit for bit (a tied export); otherwise they become `generator/embeddings/*`.
     """
     weights: dict[str, np.ndarray] = {}
-    configs: dict[str, ModelConfig] = {}
     unused: list[str] = []
-    tensors_by_part = {}
-    for part, folder in folders(path).items():
-        with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
-            configs[part] = model_config_from_dict(json.load(f), os.path.join(folder, CONFIG_FILE))
-        tensors_by_part[part] = _folder_tensors(folder)
+    configs = read_model_configs(path)
+    tensors_by_part = {part: _folder_tensors(folder) for part, folder in folders(path).items()}
     untied = False
     if DISCRIMINATOR in tensors_by_part and GENERATOR in tensors_by_part:
         disc, gen = tensors_by_part[DISCRIMINATOR], tensors_by_part[GENERATOR]
@@ -314,15 +337,8 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
     """An HF export or model folder as neutral weights; the config from its config.json files."""
     weights, configs, unused = read(path)
     if config is None:
-        disc = configs.get(DISCRIMINATOR)
-        gen = configs.get(GENERATOR)
-        if disc is None:
-            raise CheckpointError(
-                f"{path}: a generator folder without a discriminator folder needs --config "
-                "(the discriminator's size is not recorded anywhere in it)"
-            )
         untied = "generator/embeddings/word_embeddings" in weights
-        config = config_from_models(disc, gen, untied, where=path)
+        config = pretraining_config(configs, untied, path)
     return SourceWeights(weights, "hf", path, config, None, [], unused)
 
 

@@ -52,17 +52,22 @@ def _native_root(prefix: str) -> tuple[str, int | None]:
     return roots.pop(), step
 
 
+def read_native_config(prefix: str) -> PretrainingConfig:
+    """The resolved config saved beside a native checkpoint."""
+    config_path = os.path.join(os.path.dirname(prefix), CONFIG_FILE)
+    if not os.path.exists(config_path):
+        raise CheckpointError(
+            f"{prefix}: a native checkpoint needs its config; none at {config_path}, "
+            "pass --config (config=...)"
+        )
+    return read_config_file(config_path)
+
+
 def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWeights:
     """Restores a native checkpoint into a fresh ElectraPretrainer and reads its variable map."""
     prefix = resolve_prefix(path)
     if config is None:
-        config_path = os.path.join(os.path.dirname(prefix), CONFIG_FILE)
-        if not os.path.exists(config_path):
-            raise CheckpointError(
-                f"{prefix}: a native checkpoint needs its config; none at {config_path}, "
-                "pass --config (config=...)"
-            )
-        config = read_config_file(config_path)
+        config = read_native_config(prefix)
     root, step = _native_root(prefix)
     model = build_pretrainer(config)
     try:

@@ -45,23 +45,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.finetuning.config import finetuning_config
+    from electra_tf.finetuning.runner import checkpoint_model_size, run_finetuning
     from electra_tf.finetuning.task import DataError
 
     try:
         hparams = parse_hparams(args.hparams)
         if args.pretrained:
             hparams = {**pretrained_hparams(args.pretrained), **hparams}
-        config = finetuning_config(args.model_name, args.data_dir, hparams, tasks=args.tasks)
-    except ConfigError as e:
+        # The size rules (learning rate, layer-wise decay) follow the checkpoint's encoder.
+        config = finetuning_config(
+            args.model_name,
+            args.data_dir,
+            hparams,
+            tasks=args.tasks,
+            checkpoint_size=checkpoint_model_size,
+        )
+    except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from electra_tf.finetuning.runner import run_finetuning
 
     try:
         run_finetuning(config)
-    except (DataError, FileExistsError, FileNotFoundError) as e:
+    except (DataError, FileExistsError, FileNotFoundError, ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from electra_tf.atomic_io import write_json
@@ -260,6 +260,13 @@ def file_sha1(path: str) -> str | None:
     return digest.hexdigest()
 
 
+def size_of_encoder(model_config: ModelConfig) -> str | None:
+    """The model size ("small", "base", "large") whose hidden size and depth an encoder has;
+    None for any other shape (a custom model follows the user's `model_size`)."""
+    shape = (model_config.hidden_size, model_config.num_hidden_layers)
+    return next((name for name, sizes in MODEL_SIZES.items() if sizes == shape), None)
+
+
 def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bool) -> dict:
     """The original's defaults that depend on the tasks, the model size and debug mode."""
     rules: dict[str, Any] = {}
@@ -295,8 +302,15 @@ def finetuning_config(
     data_dir: str = "data",
     hparams: str | Mapping[str, Any] | None = None,
     tasks: str | None = None,
+    checkpoint_size: Callable[[FinetuningConfig], str | None] | None = None,
 ) -> FinetuningConfig:
-    """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams)."""
+    """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams).
+
+    `checkpoint_size(config)` gives the model size of the init checkpoint's encoder (the runner's
+    `checkpoint_model_size`). The size rules (learning rate, layer-wise decay) then follow the
+    checkpoint, and an explicit `model_size` that contradicts it is an error: the original
+    failed loudly on that mismatch, a silent "small" learning rate for a Large model would not.
+    """
     overrides = dict(
         parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
     )
@@ -305,6 +319,16 @@ def finetuning_config(
     config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
     # Validate keys first so a typo is reported before any rule runs.
     probe = replace_checked(config, overrides, where="hparams")
+    size = checkpoint_size(probe) if checkpoint_size else None
+    if size is not None:
+        if overrides.get("model_size", size) != size:
+            raise ConfigError(
+                f"model_size: {overrides['model_size']!r}, but the init checkpoint "
+                f"{probe.resolved_init_checkpoint()} holds a {size} encoder; "
+                "leave model_size out (it follows the checkpoint) or set it to match"
+            )
+        overrides["model_size"] = size
+        probe = dataclasses.replace(probe, model_size=size)
     rules = _task_and_size_rules(probe.task_names, probe.model_size, probe.debug)
     config = dataclasses.replace(config, **rules)
     config = replace_checked(config, overrides, where="hparams")

@@ -20,13 +20,14 @@ import tf_keras as keras
 from electra_tf import optimization
 from electra_tf.atomic_io import write_json, write_text
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.config import ModelConfig
+from electra_tf.config import ConfigError, ModelConfig
 from electra_tf.data.tokenization import id_count, load_vocab
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
     FinetuningConfig,
     save_finetuning_config,
+    size_of_encoder,
 )
 from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
@@ -88,6 +89,30 @@ FINETUNING_MODEL_FIELDS = (
 )
 
 
+def checkpoint_model_size(config: FinetuningConfig) -> str | None:
+    """The model size of the init checkpoint's encoder (from its config or shapes alone), or
+    None: no init checkpoint, none there yet (the run reports that), or a custom shape."""
+    path = config.resolved_init_checkpoint()
+    if not path or not os.path.exists(path if os.path.isdir(path) else path + ".index"):
+        return None
+    from electra_tf import checkpoints
+
+    source_config = checkpoints.read_config(path, config.init_checkpoint_format)
+    return size_of_encoder(source_config.discriminator_config())
+
+
+def check_model_size(config: FinetuningConfig, model_config: ModelConfig) -> None:
+    """`model_size` picks the learning rate and layer-wise decay; it must be the encoder's."""
+    size = size_of_encoder(model_config)
+    if size is not None and size != config.model_size:
+        raise ConfigError(
+            f"model_size is {config.model_size!r} but {config.resolved_init_checkpoint()} holds "
+            f"a {size} encoder, so the learning-rate rules would be the wrong size's: build the "
+            f"config with finetuning_config(..., checkpoint_size=checkpoint_model_size) "
+            f'(the finetune command does) or set "model_size": "{size}"'
+        )
+
+
 def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
     """The encoder config and, unless initialising randomly, the source weights.
 
@@ -108,6 +133,7 @@ def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
         source.config.discriminator_config(),
         **{name: getattr(finetuning, name) for name in FINETUNING_MODEL_FIELDS},
     )
+    check_model_size(config, model_config)
     if model_config.max_position_embeddings < config.max_seq_length:
         raise ValueError(
             f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
