@@ -201,7 +201,9 @@ class PretrainingConfig:
         """The generator's encoder config (the original's `get_generator_config`).
 
         Hidden = round(H * generator_hidden_size), layers = round(L * generator_layers),
-        heads = max(1, hidden // 64), FFN = 4 * hidden; embeddings are the discriminator's width.
+        heads = max(1, hidden // 64), FFN = 4 * hidden; embeddings are the discriminator's width,
+        except with `untied_generator_embeddings`: the generator's own tables are then its
+        hidden width, with no projection (run_pretraining.py passes `embedding_size=None`).
         """
         disc = self.discriminator_config()
         if not self.untied_generator:
@@ -213,6 +215,7 @@ class PretrainingConfig:
             num_hidden_layers=int(round(disc.num_hidden_layers * self.generator_layers)),
             num_attention_heads=max(1, hidden // 64),
             intermediate_size=4 * hidden,
+            embedding_size=None if self.untied_generator_embeddings else disc.embedding_size,
         )
 
     # ------------------------------------------------------------------ paths

@@ -230,3 +230,27 @@ def test_train_step_compiles_with_xla():
 def test_bad_special_ids_are_a_clear_error():
     with pytest.raises(ValueError, match="mask_id 103"):
         ElectraPretrainer(tiny_config(), cls_id=1, sep_id=2, mask_id=103)
+
+
+def test_untied_generator_embeddings_build_the_originals_generator():
+    # run_pretraining.py: the generator gets embedding_size=None, so BertModel makes its own
+    # tables Hg wide under generator/embeddings and no embeddings_project; its MLM head is tied
+    # to that table. Here E = 16, Hg = 32 (generator_hidden_size 1.0), H = 32.
+    model = ElectraPretrainer(
+        tiny_config(untied_generator_embeddings=True, generator_hidden_size=1.0), **SPECIAL_IDS
+    )
+    shapes = {k: v.shape.as_list() for k, v in model.variable_map().items()}
+    assert shapes["electra/embeddings/word_embeddings"] == [60, 16]
+    assert shapes["electra/embeddings_project/kernel"] == [16, 32]
+    assert shapes["generator/embeddings/word_embeddings"] == [60, 32]
+    assert shapes["generator/embeddings/position_embeddings"] == [16, 32]
+    assert shapes["generator/embeddings/LayerNorm/gamma"] == [32]
+    assert not any(n.startswith("generator/embeddings_project") for n in shapes)
+    assert shapes["generator_predictions/dense/kernel"] == [32, 32]
+    assert model.generator_head.embeddings is model.generator.embeddings
+    # An original checkpoint with this layout is recognised from its shapes alone.
+    from electra_tf.checkpoints import infer_config
+
+    inferred = infer_config(shapes)
+    assert inferred.untied_generator_embeddings
+    assert inferred.generator_config().embedding_width == 32
