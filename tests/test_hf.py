@@ -100,3 +100,24 @@ def test_untied_generator_embeddings_round_trip(tmp_path):
     assert unused == [] and sorted(back) == sorted(weights)
     for name, value in weights.items():
         np.testing.assert_array_equal(back[name], value)
+
+
+def test_config_fields_are_carried_or_refused(tmp_path):
+    from electra_tf.config import ModelConfig
+
+    config = ModelConfig(
+        vocab_size=9, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, embedding_size=8
+    )
+    written = hf.config_dict(config, "ElectraForPreTraining")
+    assert written["layer_norm_eps"] == 1e-12 and written["position_embedding_type"] == "absolute"
+    assert written["pad_token_id"] == 0 and written["tie_word_embeddings"] is True
+    assert hf.model_config_from_dict(written, "x") == config  # nothing lost on the way back
+    for key, value in [
+        ("layer_norm_eps", 1e-5),
+        ("position_embedding_type", "relative_key"),
+        ("hidden_act", "gelu_new"),  # the tanh approximation: not ELECTRA's gelu
+        ("is_decoder", True),
+        ("tie_word_embeddings", False),
+    ]:
+        with pytest.raises(hf.HFFormatError, match=key):
+            hf.model_config_from_dict({**written, key: value}, "x/config.json")

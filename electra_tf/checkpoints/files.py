@@ -4,9 +4,13 @@ checkpoint's prefix and writing the `checkpoint` index file. (Reading tensors is
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+import logging
 import os
 import re
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -19,6 +23,43 @@ STATE_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_check
 
 class CheckpointError(ValueError):
     """Weights that do not fit a model or a format; the message lists every offending name."""
+
+
+def open_checkpoint(prefix: str):
+    """`tf.train.load_checkpoint`, with a truncated or foreign file as a one-line error that
+    names it (TF raises "not an sstable" / "Read less bytes than requested" with a traceback)."""
+    try:
+        return tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointError(f"{prefix}: not a readable checkpoint ({first_line(e)})") from None
+
+
+def read_tensor(reader, prefix: str, name: str):
+    """One tensor of an open checkpoint; a truncated data file is a one-line error."""
+    try:
+        return reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, IndexError) as e:  # IndexError: a truncated file
+        raise CheckpointError(f"{prefix}: cannot read {name} ({first_line(e)})") from None
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """An exception's first line, capped: TF's messages can hold whole arrays."""
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:limit]
+
+
+@contextlib.contextmanager
+def quiet_tf_warnings() -> Iterator[None]:
+    """Silences TF's Python warnings, for a restore whose failure is reported on its own: a
+    failed `Checkpoint.read` otherwise logs every unrestored value when it is collected."""
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        gc.collect()
+        logger.setLevel(level)
 
 
 def resolve_prefix(path: str) -> str:

@@ -23,20 +23,31 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import tensorflow as tf
-
 from electra_tf.atomic_io import replace_dir
 from electra_tf.checkpoints import hf
 from electra_tf.checkpoints.config_inference import config_from_models, infer_config
-from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError, resolve_prefix
+from electra_tf.checkpoints.files import (
+    CONFIG_FILE,
+    CheckpointError,
+    open_checkpoint,
+    resolve_prefix,
+)
 from electra_tf.checkpoints.native import (
+    build_model,
     build_pretrainer,
     read_native,
     read_native_config,
+    weights_kind,
     write_native_files,
 )
 from electra_tf.checkpoints.original import is_model_variable, read_original, write_original_files
-from electra_tf.checkpoints.weights import LoadResult, SourceWeights, assign, model_weights
+from electra_tf.checkpoints.weights import (
+    LoadResult,
+    SourceWeights,
+    assign,
+    check_fit,
+    model_weights,
+)
 from electra_tf.config import ModelConfig, PretrainingConfig
 
 FORMATS = ("native", "original", "hf")
@@ -46,7 +57,7 @@ def detect_format(path: str) -> str:
     """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
     if os.path.isdir(path) and hf.is_hf_dir(path):
         return "hf"
-    names = tf.train.load_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
+    names = open_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
     return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"
 
 
@@ -71,7 +82,7 @@ def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
         return read_native_config(resolve_prefix(path))
     if fmt == "original":
         prefix = resolve_prefix(path)
-        shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+        shapes = open_checkpoint(prefix).get_variable_to_shape_map()
         return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
     if fmt == "hf":
         return hf.pretraining_config(hf.read_model_configs(path), False, path)
@@ -162,15 +173,42 @@ def save_weights(
             hf.write_hf_files(model_weights(model), tmp, config)
 
 
+def _generator_names(names) -> bool:
+    """The generator's own variables, and the embeddings it reads (shared or its own)."""
+    return names.startswith(("generator/", "generator_predictions/", "electra/embeddings/"))
+
+
+def check_complete(source: SourceWeights) -> tuple[str, object | None]:
+    """The model `source` holds (a native kind, or "generator" for a generator on its own),
+    after checking that every variable of that model is there with its shape: a conversion
+    that would write a partial (or empty) checkpoint fails instead. Returns the kind and, for
+    a native kind, the model built to check it."""
+    kind = weights_kind(source.weights, source.config)
+    has_encoder = any(n.startswith("electra/encoder/") for n in source.weights)
+    if kind == "pretrainer" and not has_encoder and not source.config.uniform_generator:
+        model = build_pretrainer(source.config)
+        expected = {n: v for n, v in model.variable_map().items() if _generator_names(n)}
+        check_fit(expected, source, "the generator")
+        return "generator", None
+    model = build_model(source.config, kind)
+    check_fit(model.variable_map(), source, f"a {kind} of its config")
+    return kind, model
+
+
 def write_weights(source: SourceWeights, path: str, fmt: str, overwrite: bool = False) -> None:
-    """Writes weights read by `read_weights` in another format (native builds a pretrainer
-    from `source.config`, so every pre-training variable must be present)."""
+    """Writes weights read by `read_weights` in another format. What the source holds must be
+    complete: a pre-training checkpoint, a discriminator (encoder + head) or an encoder, each
+    as a native checkpoint of that kind; or (original/hf only) a generator on its own."""
     if fmt not in FORMATS:
         raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-    model = None
+    kind, model = check_complete(source)
     if fmt == "native":
-        model = build_pretrainer(source.config)
-        assign(model.variable_map(), source, where="ElectraPretrainer")
+        if model is None:
+            raise CheckpointError(
+                f"{source.path}: a generator without its discriminator has no native form; "
+                "convert it to original or hf, or add the discriminator"
+            )
+        assign(model.variable_map(), source, where=kind)
     with _output_dir(path, overwrite) as tmp:
         if fmt == "native":
             write_native_files(model, tmp, source.config, source.global_step)

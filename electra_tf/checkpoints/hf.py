@@ -48,6 +48,7 @@ from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
 from electra_tf.checkpoints.original import is_model_variable
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
+from electra_tf.modeling.utils import LAYER_NORM_EPSILON
 
 DISCRIMINATOR = "discriminator"
 GENERATOR = "generator"
@@ -151,8 +152,27 @@ def config_dict(model_config: ModelConfig, architecture: str) -> dict[str, Any]:
         "max_position_embeddings": model_config.max_position_embeddings,
         "type_vocab_size": model_config.type_vocab_size,
         "initializer_range": model_config.initializer_range,
-        "layer_norm_eps": 1e-12,
+        # What ELECTRA fixes, written out so that transformers builds the same network.
+        "layer_norm_eps": LAYER_NORM_EPSILON,
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "is_decoder": False,
+        "add_cross_attention": False,
     }
+
+
+# HF config fields that change the network, with the only value ELECTRA's network has; any
+# other value is refused on import rather than silently dropped.
+FIXED_FIELDS = {
+    "layer_norm_eps": LAYER_NORM_EPSILON,
+    "position_embedding_type": "absolute",
+    "is_decoder": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
+# Activations that mean the same function here (tf_keras) and in transformers.
+HF_ACTIVATIONS = ("gelu", "relu")
 
 
 def model_config_from_dict(values: Mapping[str, Any], where: str) -> ModelConfig:
@@ -174,8 +194,26 @@ def model_config_from_dict(values: Mapping[str, Any], where: str) -> ModelConfig
         "initializer_range": 0.02,
     }
     args = {key: values.get(key, default) for key, default in defaults.items()}
-    if values.get("position_embedding_type", "absolute") != "absolute":
-        raise HFFormatError(f"{where}: only absolute position embeddings exist in ELECTRA")
+    for key, fixed in FIXED_FIELDS.items():
+        value = values.get(key, fixed)
+        same = value == fixed if not isinstance(fixed, float) else abs(value - fixed) <= 1e-15
+        if not same:
+            raise HFFormatError(
+                f"{where}: {key} {value!r}, but ELECTRA's network has {fixed!r} only "
+                "(only absolute position embeddings exist in ELECTRA)"
+                if key == "position_embedding_type"
+                else f"{where}: {key} {value!r}, but ELECTRA's network has {fixed!r} only"
+            )
+    if args["hidden_act"] not in HF_ACTIVATIONS:
+        raise HFFormatError(
+            f"{where}: hidden_act {args['hidden_act']!r} is not one of {HF_ACTIVATIONS} "
+            "(transformers' gelu is the exact erf form, ELECTRA's)"
+        )
+    if values.get("pad_token_id", 0) != 0:
+        _LOG.warning(
+            "%s: pad_token_id %s; ELECTRA pads with id 0 (it does not change the outputs)",
+            where, values["pad_token_id"],
+        )  # fmt: skip
     return ModelConfig(**args)
 
 
@@ -261,6 +299,18 @@ def pretraining_config(
     return config_from_models(disc, configs.get(GENERATOR), untied, where=path)
 
 
+# The keys of a bare `ElectraModel` folder (`ElectraModel.save_pretrained`, and the encoder of
+# every fine-tuned model on the Hub) have no `electra.` prefix.
+_BARE_ENCODER_KEYS = ("embeddings.", "embeddings_project.", "encoder.")
+
+
+def _with_model_prefix(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One key layout: a bare encoder's keys get the `electra.` prefix the others have."""
+    return {
+        f"electra.{k}" if k.startswith(_BARE_ENCODER_KEYS) else k: v for k, v in tensors.items()
+    }
+
+
 def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
     """Weights by original name, the ModelConfig per folder, and the HF keys left unused.
 
@@ -270,7 +320,9 @@ def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list
     weights: dict[str, np.ndarray] = {}
     unused: list[str] = []
     configs = read_model_configs(path)
-    tensors_by_part = {part: _folder_tensors(folder) for part, folder in folders(path).items()}
+    tensors_by_part = {
+        part: _with_model_prefix(_folder_tensors(folder)) for part, folder in folders(path).items()
+    }
     untied = False
     if DISCRIMINATOR in tensors_by_part and GENERATOR in tensors_by_part:
         disc, gen = tensors_by_part[DISCRIMINATOR], tensors_by_part[GENERATOR]

@@ -16,6 +16,10 @@ from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import (
     CONFIG_FILE,
     CheckpointError,
+    first_line,
+    open_checkpoint,
+    quiet_tf_warnings,
+    read_tensor,
     resolve_prefix,
     write_state_file,
 )
@@ -23,6 +27,14 @@ from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig, save_config
 
 CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
+
+
+# What a native checkpoint can hold: the whole pretrainer, the discriminator (encoder + its
+# replaced-token head, what an HF `ElectraForPreTraining` folder is) or the bare encoder (an
+# `ElectraModel` folder, or `save_weights(encoder, ...)`). Each is `Checkpoint(model=...)` of
+# that model; the object graph's first attribute under `model/` tells them apart.
+NATIVE_KINDS = ("pretrainer", "discriminator", "encoder")
+_KIND_ATTRIBUTE = {"discriminator": "pretrainer", "head": "discriminator", "embeddings": "encoder"}
 
 
 def build_pretrainer(config: PretrainingConfig):
@@ -33,16 +45,59 @@ def build_pretrainer(config: PretrainingConfig):
     return ElectraPretrainer(config, cls_id=0, sep_id=0, mask_id=0)
 
 
+def build_model(config: PretrainingConfig, kind: str = "pretrainer"):
+    """The model of one native kind, built, so that its `variable_map()` is complete."""
+    from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
+    from electra_tf.modeling.discriminator import dummy_inputs
+
+    if kind == "pretrainer":
+        return build_pretrainer(config)
+    if kind == "discriminator":
+        model = ElectraDiscriminator(config.discriminator_config())
+    elif kind == "encoder":
+        model = TransformerEncoder(config.discriminator_config(), name="electra")
+    else:
+        raise CheckpointError(f"native model kind {kind!r} is not one of {NATIVE_KINDS}")
+    model(dummy_inputs())
+    return model
+
+
+def weights_kind(names, config: PretrainingConfig) -> str:
+    """The native kind that holds these original names: the pretrainer when there is a
+    generator head (or the config has no generator), else discriminator or encoder."""
+    names = set(names)
+    if "generator_predictions/output_bias" in names:
+        return "pretrainer"
+    if "discriminator_predictions/dense/kernel" in names:
+        return "pretrainer" if config.uniform_generator else "discriminator"
+    return "encoder"
+
+
+def _native_kind(reader, root: str, prefix: str) -> str:
+    attributes = {
+        name.split("/")[1]
+        for name in reader.get_variable_to_shape_map()
+        if name.startswith(f"{root}/") and name.count("/") > 1
+    }
+    kinds = {_KIND_ATTRIBUTE[a] for a in attributes if a in _KIND_ATTRIBUTE}
+    if len(kinds) != 1:
+        raise CheckpointError(
+            f"{prefix}: `{root}` is none of the native models ({', '.join(NATIVE_KINDS)}); "
+            f"its attributes: {sorted(attributes)[:12]}"
+        )
+    return kinds.pop()
+
+
 def _native_root(prefix: str) -> tuple[str, int | None]:
     """The checkpoint's key holding the model (what `tf.train.Checkpoint(<key>=model)` used)
     and its step counter, if any."""
-    reader = tf.train.load_checkpoint(prefix)
+    reader = open_checkpoint(prefix)
     roots = set()
     step = None
     for name in reader.get_variable_to_shape_map():
         head = name.split("/", 1)[0]
         if name in ("step/.ATTRIBUTES/VARIABLE_VALUE", "global_step/.ATTRIBUTES/VARIABLE_VALUE"):
-            step = int(reader.get_tensor(name))
+            step = int(read_tensor(reader, prefix, name))
         elif head not in ("optimizer", "save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH", "step"):
             roots.add(head)
     if "model" in roots:  # training checkpoints also hold the optimizer and data iterator
@@ -69,13 +124,19 @@ def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWei
     if config is None:
         config = read_native_config(prefix)
     root, step = _native_root(prefix)
-    model = build_pretrainer(config)
-    try:
-        status = tf.train.Checkpoint(**{root: model}).read(prefix)
-        status.assert_existing_objects_matched()
-        status.expect_partial()  # the optimizer, step and data iterator are not weights
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
-        raise CheckpointError(f"{prefix}: does not match the pretrainer of its config: {e}") from e
+    kind = _native_kind(open_checkpoint(prefix), root, prefix)
+    model = build_model(config, kind)
+    error = None
+    with quiet_tf_warnings():
+        try:
+            status = tf.train.Checkpoint(**{root: model}).read(prefix)
+            status.expect_partial()  # the optimizer, step and data iterator are not weights
+            status.assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            # TF's message can hold every unmatched object, arrays included: one line of it.
+            error = first_line(e)
+    if error is not None:
+        raise CheckpointError(f"{prefix}: does not match the {kind} of its config ({error})")
     weights = {name: var.numpy() for name, var in model.variable_map().items()}
     return SourceWeights(weights, "native", prefix, config, step)
 

@@ -13,7 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.checkpoints.config_inference import infer_config
-from electra_tf.checkpoints.files import resolve_prefix, write_state_file
+from electra_tf.checkpoints.files import (
+    open_checkpoint,
+    read_tensor,
+    resolve_prefix,
+    write_state_file,
+)
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig
 
@@ -41,7 +46,7 @@ def is_model_variable(original_name: str) -> bool:
 def read_original(path: str, config: PretrainingConfig | None = None) -> SourceWeights:
     """A TF1 name-based checkpoint: model variables kept, slots and global_step set aside."""
     prefix = resolve_prefix(path)
-    reader = tf.train.load_checkpoint(prefix)
+    reader = open_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     weights: dict[str, np.ndarray] = {}
     skipped: list[str] = []
@@ -49,12 +54,12 @@ def read_original(path: str, config: PretrainingConfig | None = None) -> SourceW
     global_step = None
     for name in sorted(shapes):
         if name == "global_step":
-            global_step = int(reader.get_tensor(name))
+            global_step = int(read_tensor(reader, prefix, name))
             skipped.append(name)
         elif name.endswith(_SLOT_SUFFIXES):
             skipped.append(name)
         elif is_model_variable(name) or name.startswith("task_specific/"):
-            weights[name] = reader.get_tensor(name)
+            weights[name] = read_tensor(reader, prefix, name)
         else:
             unused.append(name)
     if config is None:

@@ -68,6 +68,12 @@ def check_fit(
     """Raises CheckpointError listing EVERY target variable the source lacks or has with
     another shape; returns the fine-tuning heads (`task_specific/...`) left to initialise."""
     weights = source.weights
+    if not weights:
+        unused = f"; its keys: {', '.join(source.unused[:5])}" if source.unused else ""
+        unused += " ..." if len(source.unused) > 5 else ""
+        raise CheckpointError(
+            f"{source.path} ({source.fmt}): read no ELECTRA weights at all{unused}"
+        )
     missing, wrong, fresh = [], [], []
     for name, var in sorted(variables.items()):
         if name not in weights:

@@ -18,8 +18,10 @@ import logging
 import sys
 
 import numpy as np
+import tensorflow as tf
 
 from electra_tf import checkpoints
+from electra_tf.checkpoints.files import first_line
 from electra_tf.checkpoints.hf import HFFormatError
 from electra_tf.checkpoints.mapping import mapping_lines
 from electra_tf.checkpoints.safetensors_io import SafetensorsError
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         checkpoints.write_weights(source, args.output, args.dst, overwrite=args.overwrite)
     except (checkpoints.CheckpointError, ConfigError, HFFormatError, SafetensorsError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except tf.errors.OpError as e:  # what the checkpoint readers did not foresee: still one line
+        print(f"error: {args.input}: {first_line(e)}", file=sys.stderr)
         return 2
     step = "" if source.global_step is None else f" (global_step {source.global_step})"
     print(f"wrote {args.output} ({args.dst}) from {source.path} ({source.fmt}){step}")

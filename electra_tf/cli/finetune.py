@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
+    from electra_tf.data.tokenization import VocabError
     from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.runner import checkpoint_model_size, run_finetuning
     from electra_tf.finetuning.task import DataError
@@ -69,7 +70,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_finetuning(config)
-    except (DataError, FileExistsError, FileNotFoundError, ConfigError, CheckpointError) as e:
+    except (
+        DataError,
+        FileExistsError,
+        FileNotFoundError,
+        ConfigError,
+        CheckpointError,
+        VocabError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

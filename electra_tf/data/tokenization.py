@@ -42,16 +42,23 @@ def load_vocab(path: str, required: tuple[str, ...] = SPECIAL_TOKENS) -> dict[st
     """Reads a one-token-per-line vocabulary into {token: id}, id = line number.
 
     Raises:
-      VocabError: the file is missing, empty, or lacks one of `required`; the message names
+      VocabError: the file is missing, empty, not UTF-8 text (a binary file), or lacks one of
+        `required`; the message names
         the token and the file (the original died with `KeyError: '[UNK]'`, issue #8).
     """
     if not os.path.isfile(path):
         raise VocabError(f"vocabulary file not found: {path}")
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for index, line in enumerate(f):
-            # A duplicated token keeps its last line number, as in the original.
-            vocab[line.strip()] = index
+    try:
+        with open(path, encoding="utf-8", errors="strict") as f:
+            for index, line in enumerate(f):
+                # A duplicated token keeps its last line number, as in the original.
+                vocab[line.strip()] = index
+    except UnicodeDecodeError as e:
+        raise VocabError(
+            f"vocabulary {path} is not UTF-8 text (byte {e.start}: {e.reason}); "
+            "a vocabulary is one token per line"
+        ) from None
     if not vocab:
         raise VocabError(f"vocabulary file is empty: {path}")
     missing = [t for t in required if t not in vocab]
