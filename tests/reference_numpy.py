@@ -57,23 +57,39 @@ def encoder(
     input_mask,
     segment_ids,
     num_heads: int,
+    num_layers: int,
+    project: bool,
     scope: str = "electra",
     embeddings_scope: str = "electra",
     attention_probs: list | None = None,
+    dropout=None,
 ) -> np.ndarray:
-    """BERT post-LN encoder, no dropout. Returns [batch, seq_len, hidden].
+    """BERT post-LN encoder. Returns [batch, seq_len, hidden].
 
+    `dropout(x, kind)`, if given, is applied where the original applies dropout, in its order:
+    the embeddings after their LayerNorm ("hidden", before any projection), then per layer
+    the attention probabilities ("attention"), the attention output and the FFN output (each
+    "hidden", before its residual). Without it, there is no dropout (inference).
+
+    The structure comes from the caller's config, never from the weights present:
+    `num_layers` layers, and an `embeddings_project` exactly when `project` (E != H). A weight
+    the structure needs is a KeyError; a layer or projection beyond it is an AssertionError.
     `attention_probs`, if given, receives every layer's [batch, heads, seq_q, seq_k] weights.
     """
-    x = embed(w, input_ids, segment_ids, embeddings_scope)
-    if f"{scope}/embeddings_project/kernel" in w:
+    assert (f"{scope}/embeddings_project/kernel" in w) == project, "embeddings_project"
+    assert f"{scope}/encoder/layer_{num_layers}/attention/self/query/kernel" not in w
+
+    def drop(x, kind):
+        return x if dropout is None else dropout(x, kind)
+
+    x = drop(embed(w, input_ids, segment_ids, embeddings_scope), "hidden")
+    if project:
         x = dense(w, f"{scope}/embeddings_project", x)
     batch, seq_len, hidden = x.shape
     head = hidden // num_heads
     # Padded keys only: every query row sees the same additive bias.
     bias = (1.0 - input_mask[:, None, None, :].astype(np.float64)) * -10000.0
-    i = 0
-    while f"{scope}/encoder/layer_{i}/attention/self/query/kernel" in w:
+    for i in range(num_layers):
         p = f"{scope}/encoder/layer_{i}"
 
         def heads(t):
@@ -85,18 +101,37 @@ def encoder(
         probs = softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias)
         if attention_probs is not None:
             attention_probs.append(probs)
-        ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)
+        ctx = (drop(probs, "attention") @ v).transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)
         attn = layer_norm(
-            dense(w, f"{p}/attention/output/dense", ctx) + x,
+            drop(dense(w, f"{p}/attention/output/dense", ctx), "hidden") + x,
             w[f"{p}/attention/output/LayerNorm/gamma"],
             w[f"{p}/attention/output/LayerNorm/beta"],
         )
         ffn = dense(w, f"{p}/output/dense", gelu(dense(w, f"{p}/intermediate/dense", attn)))
+        ffn = drop(ffn, "hidden")
         x = layer_norm(
             ffn + attn, w[f"{p}/output/LayerNorm/gamma"], w[f"{p}/output/LayerNorm/beta"]
         )
-        i += 1
     return x
+
+
+def structure(config) -> dict:
+    """`encoder`'s structural arguments, from a ModelConfig."""
+    return {
+        "num_heads": config.num_attention_heads,
+        "num_layers": config.num_hidden_layers,
+        "project": config.embedding_width != config.hidden_size,
+    }
+
+
+def perturb(variables, seed: int = 0, std: float = 0.2) -> None:
+    """Adds N(0, std) to every variable in place. At initial weights (std 0.02) the
+    pre-activations are so small that erf and tanh GELU agree to ~1e-8, zero biases hide a
+    swapped bias, and unit LayerNorm gains hide a swapped gain: parity must run away from them."""
+    rng = np.random.default_rng(seed)
+    for var in variables:
+        noise = rng.normal(0.0, std, var.shape).astype(var.dtype.as_numpy_dtype)
+        var.assign_add(noise)
 
 
 def generator_logits(w: dict, sequence_output, positions, embeddings_scope="electra"):

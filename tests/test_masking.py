@@ -137,3 +137,44 @@ def test_custom_special_ids_under_xla():
     chosen = np.zeros_like(ids, bool)
     chosen[rows[active], positions[active]] = True
     np.testing.assert_array_equal(out["masked_input_ids"], np.where(chosen, 4, ids))
+
+
+# Chi-square critical values at p = 0.001 (fixed seeds make each test deterministic; the
+# threshold says how unlikely a correct sampler is to fail with another seed).
+CHI2_999 = {1: 10.828, 9: 27.877}
+
+
+def chi_square(observed, expected):
+    observed, expected = np.asarray(observed, float), np.asarray(expected, float)
+    return float(((observed - expected) ** 2 / expected).sum())
+
+
+def test_positions_are_uniform_over_the_candidates():
+    # 12 tokens: [CLS] + 10 words + [SEP]; positions 1..10 are the candidates. With
+    # replacement (the original's tf.random.categorical), each slot is an independent uniform
+    # draw among them, duplicates included.
+    ids, mask = batch([12] * 400, seq_len=12)
+    out = run(ids, mask, seed=(3, 4), max_predictions=5, mask_prob=0.4, with_replacement=True)
+    active = out["masked_lm_positions"][out["masked_lm_weights"] == 1]
+    assert len(active) == 400 * 5
+    counts = np.bincount(active, minlength=12)
+    assert counts[0] == counts[11] == 0  # [CLS] and [SEP] are never candidates
+    stat = chi_square(counts[1:11], [len(active) / 10] * 10)
+    assert stat < CHI2_999[9], (stat, counts)
+
+
+def test_85_15_split_with_replacement():
+    # The original draws [MASK]-or-keep per slot (85/15); with replacement a position can be
+    # chosen twice, so only slots whose position is unique in their row are counted.
+    ids, mask = batch([12] * 400, seq_len=12)
+    out = run(ids, mask, seed=(5, 6), max_predictions=3, mask_prob=0.25, with_replacement=True)
+    shown, slots = 0, 0
+    for row in range(400):
+        positions = out["masked_lm_positions"][row][out["masked_lm_weights"][row] == 1]
+        unique = [p for p in positions if (positions == p).sum() == 1]
+        slots += len(unique)
+        shown += sum(int(out["masked_input_ids"][row, p] == MASK) for p in unique)
+    assert slots > 900
+    stat = chi_square([shown, slots - shown], [0.85 * slots, 0.15 * slots])
+    assert stat < CHI2_999[1], (shown, slots)
+    assert abs(shown / slots - 0.85) < 0.05

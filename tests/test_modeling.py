@@ -107,11 +107,16 @@ def test_initializers_match_the_original():
 
 def test_forward_matches_numpy_reference():
     encoder = TransformerEncoder(TINY)
+    ref.perturb(encoder.variable_map().values())
     inputs = random_inputs()
     out = encoder(inputs, training=False)
     weights = numpy_weights(encoder.variable_map())
     expected = ref.encoder(
-        weights, inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"], num_heads=2
+        weights,
+        inputs["input_ids"],
+        inputs["input_mask"],
+        inputs["segment_ids"],
+        **ref.structure(TINY),
     )
     assert out["sequence_output"].shape == (3, 7, 16)
     np.testing.assert_allclose(out["sequence_output"].numpy(), expected, atol=1e-5, rtol=1e-5)
@@ -120,6 +125,7 @@ def test_forward_matches_numpy_reference():
 
 def test_attention_probs_match_numpy_reference():
     encoder = TransformerEncoder(TINY)
+    ref.perturb(encoder.variable_map().values())
     inputs = random_inputs()
     expected = []
     ref.encoder(
@@ -127,7 +133,7 @@ def test_attention_probs_match_numpy_reference():
         inputs["input_ids"],
         inputs["input_mask"],
         inputs["segment_ids"],
-        num_heads=2,
+        **ref.structure(TINY),
         attention_probs=expected,
     )
     probs = encoder.attention_probs(inputs)
@@ -299,3 +305,53 @@ def test_parameter_counts_equal_the_released_checkpoints(
         assert _count(DiscriminatorHead(config.discriminator_config()).variable_map()) == head
         generator_params = _count(generator.variable_map("generator", include_embeddings=False))
         assert generator_params + _count(generator_head.variable_map()) == generator_only
+
+
+def test_dropout_placement_matches_numpy_reference(monkeypatch):
+    # Dropout ON, with the same masks on both sides: every keras Dropout call draws its mask
+    # from a NumPy generator seeded by the call's index, and the reference draws the same
+    # masks at the original's dropout sites, in the original's order. A dropout moved, added,
+    # dropped or given the other rate changes the output.
+    import dataclasses
+
+    import tf_keras as keras
+
+    config = dataclasses.replace(TINY, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.2)
+    rates = {"hidden": 0.3, "attention": 0.2}
+
+    def mask(index, shape, rate):
+        keep = np.random.default_rng(index).random(shape) >= rate
+        return keep / (1.0 - rate)
+
+    calls = []
+
+    def fake_dropout(self, inputs, training=None):
+        if not training:
+            return inputs
+        calls.append(self.rate)
+        m = mask(len(calls), inputs.shape.as_list(), self.rate)
+        return inputs * tf.constant(m, inputs.dtype)
+
+    monkeypatch.setattr(keras.layers.Dropout, "call", fake_dropout)
+    encoder = TransformerEncoder(config)
+    ref.perturb(encoder.variable_map().values())
+    inputs = random_inputs()
+    out = encoder(inputs, training=True)["sequence_output"].numpy()
+    assert len(calls) == 1 + 3 * config.num_hidden_layers
+
+    drawn = []
+
+    def dropout(x, kind):
+        drawn.append(kind)
+        return x * mask(len(drawn), list(x.shape), rates[kind])
+
+    expected = ref.encoder(
+        numpy_weights(encoder.variable_map()),
+        inputs["input_ids"],
+        inputs["input_mask"],
+        inputs["segment_ids"],
+        **ref.structure(config),
+        dropout=dropout,
+    )
+    assert calls == [rates[k] for k in drawn]
+    np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5)

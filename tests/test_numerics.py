@@ -48,10 +48,20 @@ def test_total_loss_on_a_hand_built_batch():
 def test_pretrainer_matches_numpy(overrides):
     config = tiny_config(**overrides)
     model = ElectraPretrainer(config, **SPECIAL_IDS)
+    ref.perturb(model.variable_map().values())
     batch = tiny_batch()
     out = {k: v.numpy() for k, v in model(batch, training=False).items()}
     w = {name: v.numpy().astype(np.float64) for name, v in model.variable_map().items()}
     embeddings_scope = "generator" if config.untied_generator_embeddings else "electra"
+    # Every variable the config's structure implies, and no other (not "whatever exists").
+    expected_generator_embeddings = {
+        f"{embeddings_scope}/embeddings/word_embeddings": [
+            config.vocab_size,
+            config.generator_config().embedding_width,
+        ]
+    }
+    for name, shape in expected_generator_embeddings.items():
+        assert list(w[name].shape) == shape, name
 
     # Generator on the masked inputs, logits at the masked slots.
     gen_seq = ref.encoder(
@@ -59,7 +69,7 @@ def test_pretrainer_matches_numpy(overrides):
         out["masked_input_ids"],
         batch["input_mask"],
         batch["segment_ids"],
-        num_heads=config.generator_config().num_attention_heads,
+        **ref.structure(config.generator_config()),
         scope="generator",
         embeddings_scope=embeddings_scope,
     )
@@ -74,7 +84,12 @@ def test_pretrainer_matches_numpy(overrides):
     labels = updated * (fake != batch["input_ids"])
     np.testing.assert_array_equal(out["disc_labels"], labels)
     disc_seq = ref.encoder(
-        w, fake, batch["input_mask"], batch["segment_ids"], num_heads=2, scope="electra"
+        w,
+        fake,
+        batch["input_mask"],
+        batch["segment_ids"],
+        **ref.structure(config.discriminator_config()),
+        scope="electra",
     )
     disc_logits = ref.discriminator_logits(w, disc_seq)
     np.testing.assert_allclose(out["disc_logits"], disc_logits, atol=1e-5, rtol=1e-5)
@@ -92,12 +107,17 @@ def test_pretrainer_matches_numpy(overrides):
 def test_bert_baseline_matches_numpy():
     config = tiny_config(electra_objective=False)
     model = ElectraPretrainer(config, **SPECIAL_IDS)
+    ref.perturb(model.variable_map().values())
     batch = tiny_batch()
     out = {k: v.numpy() for k, v in model(batch, training=False).items()}
     assert "disc_logits" not in out
     w = {name: v.numpy().astype(np.float64) for name, v in model.variable_map().items()}
     seq = ref.encoder(
-        w, out["masked_input_ids"], batch["input_mask"], batch["segment_ids"], num_heads=2
+        w,
+        out["masked_input_ids"],
+        batch["input_mask"],
+        batch["segment_ids"],
+        **ref.structure(config.discriminator_config()),
     )
     logits = ref.generator_logits(w, seq, out["masked_lm_positions"])
     loss = ref.mlm_loss(logits, out["masked_lm_ids"], out["masked_lm_weights"])
