@@ -302,9 +302,10 @@ DEBUG_SETTINGS: dict[str, Any] = {
         "intermediate_size": 576,
     },
     "train_batch_size": 8,
-    "eval_batch_size": 8,
     "num_train_steps": 20,
-    "num_eval_steps": 10,
+    "eval_batch_size": 4,
+    "iterations_per_loop": 1,
+    "num_eval_steps": 2,
 }
 
 

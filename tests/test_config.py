@@ -60,6 +60,12 @@ def test_debug_defaults_lose_to_explicit_values():
     c = cfg.pretraining_config(hparams={"debug": True, "train_batch_size": 4})
     assert c.train_batch_size == 4 and c.num_train_steps == 20
     assert c.discriminator_config().hidden_size == 144
+    # configure_pretraining.py's debug block, word for word; then the user's values win.
+    c = cfg.pretraining_config(hparams={"debug": True})
+    assert (c.train_batch_size, c.num_train_steps, c.iterations_per_loop) == (8, 20, 1)
+    assert (c.eval_batch_size, c.num_eval_steps) == (4, 2)
+    c = cfg.pretraining_config(hparams={"debug": True, "eval_batch_size": 16, "num_eval_steps": 5})
+    assert (c.eval_batch_size, c.num_eval_steps) == (16, 5)
 
 
 def test_save_config_roundtrip(tmp_path):
