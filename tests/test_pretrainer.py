@@ -254,3 +254,28 @@ def test_untied_generator_embeddings_build_the_originals_generator():
     inferred = infer_config(shapes)
     assert inferred.untied_generator_embeddings
     assert inferred.generator_config().embedding_width == 32
+
+
+def test_disc_loss_metric_is_the_mean_of_per_sequence_means():
+    # The original's eval metric_fn: tf.metrics.mean(per_example_loss), where each sequence's
+    # loss is its mean over real tokens. Rows of 4 and 1 real tokens tell it from the per-token
+    # mean (which the training loss uses).
+    from electra_tf.pretraining.metrics import PretrainingMetrics
+
+    metrics = PretrainingMetrics(electra_objective=True)
+    losses = np.array([[1.0, 1.0, 1.0, 1.0], [4.0, 9.0, 9.0, 9.0]], np.float32)
+    mask = np.array([[1, 1, 1, 1], [1, 0, 0, 0]], np.int32)
+    outputs = {
+        "loss": tf.constant(0.0),
+        "masked_lm_weights": tf.ones([2, 1]),
+        "masked_lm_ids": tf.zeros([2, 1], tf.int32),
+        "masked_lm_losses": tf.zeros([2, 1]),
+        "mlm_logits": tf.zeros([2, 1, 3]),
+        "sampled_ids": tf.zeros([2, 1], tf.int32),
+        "disc_labels": tf.zeros([2, 4], tf.int32),
+        "disc_logits": tf.zeros([2, 4]),
+        "disc_losses": tf.constant(losses),
+    }
+    metrics.update(outputs, tf.constant(mask), num_parts=1)
+    value = float(metrics.trackers["disc_loss"].result())
+    np.testing.assert_allclose(value, (1.0 + 4.0) / 2, rtol=1e-5)  # not 8 / 5 per token

@@ -29,7 +29,8 @@ class PretrainingMetrics:
 
     Names and weighting are the original's (`run_pretraining.metric_fn`): masked-LM metrics
     weighted by `masked_lm_weights`, discriminator metrics by `input_mask`; precision and recall
-    are accuracies weighted by the predictions / the labels. The original computed AUC with
+    are accuracies weighted by the predictions / the labels; `disc_loss` averages per-sequence
+    means, as the original's. The original computed AUC with
     padding counted as negatives scored 0; here padding is weighted out.
     """
 
@@ -69,7 +70,12 @@ class PretrainingMetrics:
         logits = tf.cast(outputs["disc_logits"], tf.float32)
         preds = tf.cast(logits > 0, tf.float32)
         correct = tf.cast(tf.equal(preds, labels), tf.float32)
-        t["disc_loss"].update_state(outputs["disc_losses"], mask)
+        # The original's eval `disc_loss` is the mean of per-sequence means (its
+        # `per_example_loss`), not the per-token mean that the training loss uses.
+        per_sequence = tf.reduce_sum(tf.cast(outputs["disc_losses"], tf.float32) * mask, -1) / (
+            1e-6 + tf.reduce_sum(mask, -1)
+        )  # [batch]
+        t["disc_loss"].update_state(per_sequence)
         t["disc_accuracy"].update_state(correct, mask)
         t["disc_precision"].update_state(correct, preds * mask)
         t["disc_recall"].update_state(correct, labels * mask)
