@@ -170,3 +170,28 @@ def test_untied_generator_embeddings_convert_through_every_format(tmp_path, caps
     native = checkpoints.read_weights(str(tmp_path / "native"))
     assert native.config.untied_generator_embeddings
     _assert_same(values, native.weights)
+
+
+def test_a_generator_folder_alone_round_trips_as_a_masked_lm(tmp_path, capsys):
+    import shutil
+
+    from pretrainer_fixtures import SPECIAL_IDS, tiny_config
+
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+    model = ElectraPretrainer(tiny_config(generator_hidden_size=1.0), **SPECIAL_IDS)
+    checkpoints.save_weights(model, str(tmp_path / "both"), "hf")
+    shutil.copytree(tmp_path / "both/generator", tmp_path / "gen")  # an ElectraForMaskedLM
+    before = safetensors_io.load_file(str(tmp_path / "gen/model.safetensors"))
+    # hf -> native -> original -> hf, no --config: the original's BERT-objective layout.
+    assert _convert(capsys, tmp_path / "gen", tmp_path / "native", "native")[0] == 0
+    native = checkpoints.read_weights(str(tmp_path / "native"))
+    assert not native.config.electra_objective
+    assert "electra/encoder/layer_0/output/dense/kernel" in native.weights
+    assert _convert(capsys, tmp_path / "native", tmp_path / "tf1", "original")[0] == 0
+    assert _convert(capsys, tmp_path / "tf1", tmp_path / "back", "hf")[0] == 0
+    assert not (tmp_path / "back/discriminator").exists()
+    after = safetensors_io.load_file(str(tmp_path / "back/generator/model.safetensors"))
+    _assert_same(before, after)
+    config = json.loads((tmp_path / "back/generator/config.json").read_text())
+    assert config["architectures"] == ["ElectraForMaskedLM"]

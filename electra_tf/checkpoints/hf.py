@@ -33,6 +33,7 @@ output/dense (and attention/output, output for the LayerNorms). Fine-tuning head
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -94,8 +95,13 @@ def _leaf_from_hf(name: str) -> str:
     return f"{path}/{'kernel' if leaf == 'weight' else leaf}"
 
 
-def to_hf(original_name: str) -> list[tuple[str, str]]:
-    """(HF folder, HF name) pairs for one original name; the shared embeddings go to both."""
+def to_hf(original_name: str, masked_lm: bool = False) -> list[tuple[str, str]]:
+    """(HF folder, HF name) pairs for one original name; the shared embeddings go to both.
+
+    `masked_lm`: the original's BERT objective (`electra_objective` false), a masked LM whose
+    network lives under `electra/`: it is the generator folder's `electra.*`."""
+    if masked_lm and original_name.startswith("electra/"):
+        return [(GENERATOR, "electra." + _leaf_to_hf(original_name[len("electra/") :]))]
     if original_name.startswith("electra/embeddings/"):
         name = "electra." + _leaf_to_hf(original_name[len("electra/") :])
         return [(DISCRIMINATOR, name), (GENERATOR, name)]
@@ -115,10 +121,14 @@ def to_hf(original_name: str) -> list[tuple[str, str]]:
     return []
 
 
-def from_hf(folder: str, hf_name: str, untied_generator_embeddings: bool = False) -> str | None:
+def from_hf(
+    folder: str, hf_name: str, untied_generator_embeddings: bool = False, masked_lm: bool = False
+) -> str | None:
     """The original name of an HF tensor, or None for the keys listed in HF_IGNORED."""
     if hf_name in HF_IGNORED or hf_name == HF_TIED_OUTPUT:
         return None
+    if masked_lm and folder == GENERATOR and hf_name.startswith("electra."):
+        return "electra/" + _leaf_from_hf(hf_name[len("electra.") :])
     if folder == GENERATOR:
         if hf_name == "generator_lm_head.bias":
             return "generator_predictions/output_bias"
@@ -291,6 +301,9 @@ def pretraining_config(
 ) -> PretrainingConfig:
     """The PretrainingConfig of HF folders, from their ModelConfigs."""
     disc = configs.get(DISCRIMINATOR)
+    if disc is None and GENERATOR in configs:  # a masked LM: the original's BERT objective
+        config = config_from_models(configs[GENERATOR], None, where=path)
+        return dataclasses.replace(config, electra_objective=False).resolve()
     if disc is None:
         raise CheckpointError(
             f"{path}: a generator folder without a discriminator folder needs --config "
@@ -311,11 +324,14 @@ def _with_model_prefix(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
+def read(
+    path: str, masked_lm: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
     """Weights by original name, the ModelConfig per folder, and the HF keys left unused.
 
     With both folders, the generator's embeddings are the shared ones when they equal the
     discriminator's bit for bit (a tied export); otherwise they become `generator/embeddings/*`.
+    `masked_lm`: a generator folder read as the original's BERT-objective model (see `to_hf`).
     """
     weights: dict[str, np.ndarray] = {}
     unused: list[str] = []
@@ -338,10 +354,10 @@ def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list
                         "ELECTRA ties the generator's output matrix to them"
                     )
                 continue
-            name = from_hf(part, hf_name, untied_generator_embeddings=untied)
+            name = from_hf(part, hf_name, untied, masked_lm)
             if name is None:
                 continue
-            if not is_model_variable(name) or (part, hf_name) not in to_hf(name):
+            if not is_model_variable(name) or (part, hf_name) not in to_hf(name, masked_lm):
                 unused.append(f"{part}/{hf_name}")
                 continue
             weights[name] = value.T if is_kernel(name) else value
@@ -349,7 +365,10 @@ def read(path: str) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list
 
 
 def write(
-    weights: Mapping[str, np.ndarray], path: str, configs: Mapping[str, ModelConfig]
+    weights: Mapping[str, np.ndarray],
+    path: str,
+    configs: Mapping[str, ModelConfig],
+    masked_lm: bool = False,
 ) -> list[str]:
     """Writes one HF folder per entry of `configs` under `path` (which must already exist).
 
@@ -360,7 +379,7 @@ def write(
     per_part: dict[str, dict[str, np.ndarray]] = {part: {} for part in configs}
     dropped = []
     for name, value in weights.items():
-        targets = to_hf(name)
+        targets = to_hf(name, masked_lm)
         if not targets:
             dropped.append(name)
         if untied and name.startswith("electra/embeddings/"):
@@ -387,7 +406,10 @@ def write(
 # ------------------------------------------------------------------------------- formats
 def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights:
     """An HF export or model folder as neutral weights; the config from its config.json files."""
-    weights, configs, unused = read(path)
+    # A generator folder on its own (ElectraForMaskedLM) is a masked LM: without a config
+    # it is the original's BERT-objective model, which has exactly that network and head.
+    masked_lm = not config.electra_objective if config else set(folders(path)) == {GENERATOR}
+    weights, configs, unused = read(path, masked_lm)
     if config is None:
         untied = "generator/embeddings/word_embeddings" in weights
         config = pretraining_config(configs, untied, path)
@@ -400,10 +422,13 @@ def write_hf_files(
     """discriminator/ (when there is a discriminator) and generator/ (when there is a
     generator head) HF folders, configured from `config`."""
     configs = {}
-    if any(n.startswith("electra/encoder/") for n in weights):
+    masked_lm = not config.electra_objective
+    if masked_lm:  # the BERT objective: its one network is the masked LM's
+        configs[GENERATOR] = config.discriminator_config()
+    if any(n.startswith("electra/encoder/") for n in weights) and not masked_lm:
         configs[DISCRIMINATOR] = config.discriminator_config()
-    if "generator_predictions/output_bias" in weights:
+    if "generator_predictions/output_bias" in weights and not masked_lm:
         configs[GENERATOR] = config.generator_config()
-    dropped = write(weights, directory, configs)
+    dropped = write(weights, directory, configs, masked_lm)
     if dropped:
         _LOG.warning("HF export has no place for %d variables: %s", len(dropped), dropped)
