@@ -195,3 +195,10 @@ def test_a_generator_folder_alone_round_trips_as_a_masked_lm(tmp_path, capsys):
     _assert_same(before, after)
     config = json.loads((tmp_path / "back/generator/config.json").read_text())
     assert config["architectures"] == ["ElectraForMaskedLM"]
+
+
+def test_dry_run_accepts_what_the_conversion_accepts(tmp_path, capsys):
+    _original(tmp_path / "tf1", generator=False)  # a discriminator without a generator
+    assert _convert(capsys, tmp_path / "tf1", tmp_path / "hf", "hf")[0] == 0
+    code, out = _convert(capsys, tmp_path / "hf", tmp_path / "n", "native", "--dry-run")
+    assert code == 0 and "-> model:" in out.out and not (tmp_path / "n").exists()

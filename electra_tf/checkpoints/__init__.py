@@ -21,6 +21,7 @@ from electra_tf.checkpoints.config_inference import (
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError, resolve_prefix
 from electra_tf.checkpoints.formats import (
     FORMATS,
+    check_complete,
     detect_format,
     load_weights,
     read_config,
@@ -51,6 +52,7 @@ __all__ = [
     "SourceWeights",
     "assign",
     "build_pretrainer",
+    "check_complete",
     "check_fit",
     "config_from_models",
     "detect_format",

@@ -83,11 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         source = checkpoints.read_weights(args.input, args.src, config)
         source = _selected(source, args.float16, args.discriminator_only)
         if args.dry_run:
+            # The same completeness check as a real conversion; native maps to its model.
+            kind, model = checkpoints.check_complete(source)
             native_vars = None
             if args.dst == "native":
-                model = checkpoints.build_pretrainer(source.config)
+                if model is None:
+                    raise checkpoints.CheckpointError(f"a {kind} on its own has no native form")
                 native_vars = model.variable_map()
-                checkpoints.check_fit(native_vars, source, "ElectraPretrainer")
             print("\n".join(mapping_lines(source, args.dst, native_vars)))
             step = "none" if source.global_step is None else source.global_step
             print(
