@@ -167,3 +167,25 @@ def test_replica_losses_sum_to_the_global_batch_loss():
     replicas, single, summed = result.stdout.split()[-3:]
     assert int(replicas) == 2
     np.testing.assert_allclose(float(summed), float(single), rtol=1e-6)
+
+
+def test_samples_follow_the_generator_logits_not_the_reference():
+    # The reference above consumes the model's own samples; here the expected samples are
+    # derived independently: an output bias of +1000 on one token outweighs any Gumbel noise,
+    # so every active slot must sample it, and the discriminator input and labels follow.
+    config = tiny_config()
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    ref.perturb(model.variable_map().values())
+    bias = np.zeros(config.vocab_size, np.float32)
+    bias[7] = 1000.0
+    model.variable_map()["generator_predictions/output_bias"].assign(bias)
+    batch = tiny_batch()
+    out = {k: v.numpy() for k, v in model(batch, training=False).items()}
+    active = out["masked_lm_weights"] == 1
+    assert active.sum() > 0 and np.all(out["sampled_ids"][active] == 7)
+    rows = np.nonzero(active)[0]
+    positions = out["masked_lm_positions"][active]
+    expected = batch["input_ids"].copy()
+    expected[rows, positions] = 7
+    np.testing.assert_array_equal(out["fake_input_ids"], expected)
+    np.testing.assert_array_equal(out["disc_labels"], (expected != batch["input_ids"]).astype(int))
