@@ -10,10 +10,7 @@ original), plus `--tasks`. Reads `<D>/finetuning_data/<task>/`, initialises the 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,10 +36,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from electra_tf.tf_startup import start_tensorflow
+
+    start_tensorflow()
     from electra_tf.finetuning.runner import run_finetuning
+    from electra_tf.run_lock import LockError, RunLock
 
     try:
-        run_finetuning(config)
+        # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
+        with RunLock(
+            config.pretrained_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
+        ):
+            run_finetuning(config)
+    except LockError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (DataError, FileExistsError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
