@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve reliability clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -44,8 +44,10 @@ format: $(STAMP)
 default-data: $(STAMP)
 	$(PY) data_prep/build_default_corpus.py --data-dir $(DEFAULT_DATA)
 
+# ELECTRA_STOP_WITH_PARENT: when make is stopped (a `timeout`, a kill), the run gets SIGTERM,
+# saves and exits, instead of training on as an orphan.
 pretrain: $(STAMP) $(if $(DATA_DIR),,default-data)
-	$(PY) -m electra_tf.pretrain --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
+	ELECTRA_STOP_WITH_PARENT=1 $(PY) -m electra_tf.pretrain --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
 		--preset $(SIZE) --hparams '$(HPARAMS)'
 
 finetune: $(STAMP)
@@ -70,6 +72,10 @@ bench-data: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(PY) bench/bench_serve.py
+
+# Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
+reliability: $(STAMP)
+	$(PY) bench/reliability_replay.py
 
 clean-venv:
 	rm -rf $(VENV)

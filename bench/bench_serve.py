@@ -28,7 +28,6 @@ BATCHES = (1, 32)
 VOCAB_CANDIDATES = (
     os.environ.get("ELECTRA_VOCAB", ""),
     os.path.join(REPO, "..", "shared", "data", "vocab", "bert-uncased-vocab.txt"),
-    "/work/shared/data/vocab/bert-uncased-vocab.txt",
 )
 
 # Runs under --hf-python. The same shapes as the small preset's discriminator.

@@ -1,8 +1,8 @@
 """Agreement of our tokenizers with Model Garden's FullTokenizer, line by line.
 
     .venv/bin/python bench/tokenizer_agreement.py \
-        --corpus-dir /work/shared/data/corpus/gutenberg \
-        --vocab-file /work/shared/data/vocab/bert-uncased-vocab.txt
+        --corpus-dir ../shared/data/corpus/gutenberg \
+        --vocab-file ../shared/data/vocab/bert-uncased-vocab.txt
 
 Reference: `official.nlp.tools.tokenization.FullTokenizer` (the original's algorithm) with the
 original's 200-character word limit (Model Garden defaults to 400). Prints, for

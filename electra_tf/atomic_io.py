@@ -24,9 +24,12 @@ def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, OSError) and e.errno is not None and not e.filename:
+            # A full disk fails in write() or close(), whose errors name no file.
+            raise OSError(e.errno, e.strerror, path) from e
         raise
 
 

@@ -28,6 +28,83 @@ class ConfigError(ValueError):
     """A bad configuration key or value; the message names the key."""
 
 
+_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+    "dict": (dict,),
+}
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def check_types(config: Any) -> None:
+    """Every field whose annotation is int / float / bool / str / dict (optionally `| None`)
+    holds a value of that type; JSON's `"eight"` for an int is an error naming the key, the
+    value and the type expected (bool is not accepted as a number)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        kinds = [k.strip() for k in str(f.type).split("|")]
+        if value is None and "None" in kinds:
+            continue
+        known = [k for k in kinds if k in _TYPES]
+        if not known or len(known) != len([k for k in kinds if k != "None"]):
+            continue  # a type this check does not describe (tuple[...], bool | str)
+        ok = any(
+            isinstance(value, _TYPES[k]) and not (k in ("int", "float") and isinstance(value, bool))
+            for k in known
+        )
+        if not ok:
+            expected = " or ".join(_TYPE_NAMES.get(k, k) for k in known)
+            expected += " or null" if "None" in kinds else ""
+            raise ConfigError(
+                f"{f.name}: {value!r} is a {type(value).__name__}, expected {expected}"
+            )
+
+
+def check_ranges(
+    config: Any,
+    positive: tuple[str, ...] = (),
+    at_least_one: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+    probabilities: tuple[str, ...] = (),
+) -> None:
+    """Range checks by field name (None values are skipped); NaN fails every check."""
+    rules = (
+        (positive, lambda v: v > 0, "must be > 0"),
+        (at_least_one, lambda v: v >= 1, "must be >= 1"),
+        (non_negative, lambda v: v >= 0, "must be >= 0"),
+        (probabilities, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    )
+    for names, ok, rule in rules:
+        for name in names:
+            value = getattr(config, name)
+            if value is not None and not ok(value):
+                raise ConfigError(f"{name}: {value!r} {rule}")
+
+
+def check_model_overrides(overrides: Mapping[str, Any], where: str) -> None:
+    """`model_hparam_overrides`: known keys, their types, dropout probabilities in [0, 1]."""
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"{where}: {overrides!r} is not a JSON object")
+    model = replace_checked(ModelConfig(), overrides, where=where)
+    check_types(model)
+    check_ranges(
+        model,
+        at_least_one=(
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ),
+        positive=("initializer_range",),
+        probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """One transformer encoder (the original's `BertConfig`).
@@ -147,6 +224,33 @@ class PretrainingConfig:
     # ------------------------------------------------------------------ derived values
     def resolve(self) -> PretrainingConfig:
         """Validates and fills the derived values. Idempotent."""
+        check_types(self)
+        check_ranges(
+            self,
+            # 0 is allowed: it freezes the weights (tests score checkpoints that way).
+            positive=("generator_layers", "generator_hidden_size"),
+            at_least_one=(
+                "num_train_steps",
+                "train_batch_size",
+                "eval_batch_size",
+                "iterations_per_loop",
+                "save_checkpoints_steps",
+                "max_seq_length",
+                "num_eval_steps",
+            ),
+            non_negative=(
+                "learning_rate",
+                "keep_checkpoint_max",
+                "num_warmup_steps",
+                "log_every_steps",
+                "weight_decay_rate",
+                "lr_decay_power",
+                "gen_weight",
+                "disc_weight",
+                "init_step",
+            ),
+        )
+        check_model_overrides(self.model_hparam_overrides, "model_hparam_overrides")
         if self.model_size not in MODEL_SIZES:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"

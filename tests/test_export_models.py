@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from reliability_cases import record
 
 from electra_tf.cli import export
 from electra_tf.config import ModelConfig
@@ -131,6 +133,7 @@ def exported(tmp_path_factory):
         "tasks": dict(zip(TASKS, tasks, strict=True)),
         "tokenizer": tokenizer,
         "out": dict(zip(TASKS, [outputs[p] for p in paths], strict=True)),
+        "paths": dict(zip(TASKS, paths, strict=True)),
     }
 
 
@@ -225,3 +228,53 @@ def test_chunk_tags_every_word(exported):
     expected = np.where(starts, np.array(names)[head["logits"].argmax(-1)], "")
     assert got["tag"] == expected[:, :length].tolist()
     assert got["tag"][0][1] != "" and got["tag"][0][0] == ""  # "the" tagged, [CLS] not
+
+
+def _outcome(serve, inputs) -> str:
+    try:
+        outputs = serve(**inputs)
+    except tf.errors.InvalidArgumentError as e:
+        text = " ".join(e.message.split())
+        reason = re.search(
+            r"Shape of tensor \S+ \S+ is not compatible[^.]*|[^.:\[]*batch size", text
+        )
+        return f"InvalidArgumentError: {reason.group(0) if reason else text[:120]}"
+    batches = sorted({int(v.shape[0]) for v in outputs.values()})
+    return f"ok, batch {', '.join(map(str, batches))}"
+
+
+def _serve(path):
+    import tensorflow_text  # noqa: F401  (the tokenizer's ops)
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    return serve, "text" in serve.structured_input_signature[1]
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_bad_batches_are_refused_and_an_empty_batch_answers(exported, task):
+    # Issue #13 item 6: a rank-2 input was flattened into a bigger batch, text_a/text_b of
+    # different sizes gave a GatherV2 error, a batch of 0 failed on classification exports.
+    serve, single = _serve(exported["paths"][task])
+    args = {"text": ["a cat"]} if single else {"text_a": ["a cat"], "text_b": ["the dog"]}
+    rank2 = {k: tf.constant([[v[0], v[0]], [v[0], v[0]]]) for k, v in args.items()}
+    got = _outcome(serve, rank2)
+    record("6", f"{task} export: rank-2 text [2, 2]", "refused (shape)", got)
+    assert got.startswith("InvalidArgumentError") and "not compatible" in got
+    if not single:
+        got = _outcome(serve, {"text_a": tf.constant(["a", "b"]), "text_b": tf.constant(["c"])})
+        record("6", f"{task} export: text_a of 2, text_b of 1", "refused (batch size)", got)
+        assert "same batch size" in got
+    got = _outcome(serve, {k: tf.constant([], tf.string) for k in args})
+    record("6", f"{task} export: a batch of 0 strings", "outputs of batch 0", got)
+    assert got.startswith("ok") and "batch 0" in got
+
+
+def test_export_json_lists_every_signature_input(exported):
+    for task, path in exported["paths"].items():
+        with open(os.path.join(path, "assets", "export.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        signatures = info["signatures"]
+        record("6", f"{task} export.json inputs", "named", signatures["serving_default"]["inputs"])
+        assert signatures["serving_default"]["inputs"] in (["text"], ["text_a", "text_b"]), task
+        assert signatures["tokenize"]["inputs"] == signatures["serving_default"]["inputs"]
+        assert signatures["encode_ids"]["inputs"] == ["input_ids", "input_mask", "segment_ids"]

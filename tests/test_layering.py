@@ -25,7 +25,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Lowest first. A module may import modules of its own layer or of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("config", "atomic_io", "device_defaults", "optimization")),
+    ("core", ("config", "atomic_io", "run_lock", "device_defaults", "optimization")),
     ("data", ("data",)),
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),

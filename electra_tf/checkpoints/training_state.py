@@ -19,6 +19,8 @@ between its two index writes left entries naming deleted files.)
 from __future__ import annotations
 
 import dataclasses
+import errno
+import glob
 import json
 import os
 import re
@@ -118,6 +120,27 @@ def write_run_config(config: PretrainingConfig, model_dir: str) -> str:
     return path
 
 
+class OutOfSpaceError(OSError):
+    """A checkpoint did not fit on the disk; the partial one was removed (the message says
+    where, how much was needed and which checkpoint is still the latest)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _is_out_of_space(error: BaseException) -> bool:
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    text = str(error).lower()
+    return isinstance(error, tf.errors.ResourceExhaustedError) or "no space left" in text
+
+
+def _prefix_bytes(prefix: str) -> int:
+    return sum(
+        os.path.getsize(p) for p in glob.glob(glob.escape(prefix) + ".*") if os.path.isfile(p)
+    )
+
+
 class TrainingCheckpoints:
     """Saves and restores a run's full training state under `model_dir`.
 
@@ -168,7 +191,14 @@ class TrainingCheckpoints:
         """Writes ckpt-<step>, then the index, then deletes what fell out; returns the prefix."""
         os.makedirs(self.directory, exist_ok=True)
         name = f"{CHECKPOINT_PREFIX}-{step}"
-        path = self.checkpoint.write(os.path.join(self.directory, name))
+        try:
+            path = self.checkpoint.write(os.path.join(self.directory, name))
+        except (tf.errors.OpError, OSError) as e:
+            # A partial ckpt-N_temp kept the disk full, and a rerun then failed too.
+            partial = self._remove_partial(name)
+            if not _is_out_of_space(e):
+                raise
+            raise self._out_of_space(name, partial) from e
         if not self.is_chief:
             shutil.rmtree(self.directory, ignore_errors=True)
             return path
@@ -179,6 +209,39 @@ class TrainingCheckpoints:
         write_state_file(self.model_dir, *kept)
         self._delete_older_than(kept)
         return path
+
+    def _remove_partial(self, name: str) -> int:
+        """Deletes what a failed write of `name` left (never a kept checkpoint); returns bytes."""
+        if name in [os.path.basename(p) for p in kept_checkpoints(self.model_dir)]:
+            return 0  # an earlier complete save of this step stays
+        removed = 0
+        for entry in os.listdir(self.directory):
+            full = os.path.join(self.directory, entry)
+            match = _CHECKPOINT_FILE.match(entry)
+            if match is None or f"{CHECKPOINT_PREFIX}-{match.group(1)}" != name:
+                continue
+            if os.path.isdir(full):
+                removed += sum(
+                    os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(full) for f in fs
+                )
+                shutil.rmtree(full, ignore_errors=True)
+            elif match.group(2):
+                removed += os.path.getsize(full)
+                os.remove(full)
+        return removed
+
+    def _out_of_space(self, name: str, partial: int) -> OutOfSpaceError:
+        latest = self.latest()
+        needed = _prefix_bytes(latest) if latest else 0
+        free = shutil.disk_usage(self.directory).free
+        kept = f"the latest complete checkpoint, {latest}, is kept" if latest else "no checkpoint"
+        return OutOfSpaceError(
+            errno.ENOSPC,
+            f"no space left on {self.directory}: a checkpoint needs about "
+            f"{max(needed, partial) / 1e6:,.1f} MB, {free / 1e6:,.1f} MB free; removed the "
+            f"partial {name} ({partial / 1e6:,.1f} MB); {kept}. Free space (or lower "
+            "keep_checkpoint_max) and run the same command again to resume",
+        )
 
     def _delete_older_than(self, kept: list[str]) -> None:
         """Deletes this run's checkpoint files older than the oldest kept one.

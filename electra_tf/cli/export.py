@@ -60,35 +60,52 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from electra_tf.serving import sources
-    from electra_tf.serving.saved_model import ExportError, check_writable, write_export
+    from electra_tf.tf_startup import start_tensorflow
+
+    start_tensorflow()
+    from electra_tf.run_lock import LockError, RunLock
+    from electra_tf.serving.saved_model import ExportError
 
     model_dir = os.path.join(args.data_dir, "models", args.model_name)
     output_dir = args.output_dir or os.path.join(model_dir, "serving")
     kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
     names = [f"{args.model_name}_{k}" for k in ((args.task,) if args.task else kinds)]
     try:
-        if args.version is not None:
-            # Fail before loading and tracing anything when a target version is taken.
-            for name in names:
-                check_writable(os.path.join(output_dir, name, str(args.version)), args.overwrite)
-        if args.task:
-            spec = sources.task_spec(
-                args.model_name, model_dir, args.task, args.trial, args.checkpoint,
-                args.vocab_file, args.max_seq_length,
-            )  # fmt: skip
-            specs = [spec]
-        else:
-            specs = sources.pretrained_specs(
-                args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
-                args.max_seq_length,
-            )  # fmt: skip
-        for spec in specs:
-            path = write_export(spec, output_dir, args.version, args.overwrite)
-            print(f"exported {spec.kind} -> {path}")
-    except (ExportError, ValueError, OSError) as e:
+        with RunLock(output_dir, ".export.lock", "export output directory"):
+            return _export(args, model_dir, output_dir, names, kinds)
+    except (ExportError, ValueError, OSError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+
+
+def _export(
+    args: argparse.Namespace,
+    model_dir: str,
+    output_dir: str,
+    names: list[str],
+    kinds: tuple[str, ...],
+) -> int:
+    from electra_tf.serving import sources
+    from electra_tf.serving.saved_model import check_writable, write_export
+
+    if args.version is not None:
+        # Fail before loading and tracing anything when a target version is taken.
+        for name in names:
+            check_writable(os.path.join(output_dir, name, str(args.version)), args.overwrite)
+    if args.task:
+        spec = sources.task_spec(
+            args.model_name, model_dir, args.task, args.trial, args.checkpoint,
+            args.vocab_file, args.max_seq_length,
+        )  # fmt: skip
+        specs = [spec]
+    else:
+        specs = sources.pretrained_specs(
+            args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
+            args.max_seq_length,
+        )  # fmt: skip
+    for spec in specs:
+        path = write_export(spec, output_dir, args.version, args.overwrite)
+        print(f"exported {spec.kind} -> {path}")
     return 0
 
 

@@ -17,8 +17,6 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 
 def pretrained_hparams(folder: str) -> dict[str, str]:
     """init_checkpoint and vocab_file of a shipped model folder."""
@@ -45,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from electra_tf.tf_startup import start_tensorflow
+
+    start_tensorflow()  # before anything imports TensorFlow: its CPU-only start-up noise is dropped
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
@@ -67,9 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from electra_tf.run_lock import LockError, RunLock
 
     try:
-        run_finetuning(config)
+        # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
+        with RunLock(
+            config.pretrained_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
+        ):
+            run_finetuning(config)
+    except LockError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (
         DataError,
         FileExistsError,

@@ -7,8 +7,10 @@ Config: dataclass defaults -> `configs/<preset>.json` -> `--hparams` -> derived 
 `do_train` (default) trains and resumes from the model dir's latest checkpoint; `do_eval`
 evaluates the latest checkpoint (`--all-checkpoints`: every kept one, oldest first).
 
-Exit codes: 0 done; 2 bad configuration or input; 128 + signal when stopped by SIGINT (130)
-or SIGTERM (143) after saving a checkpoint at the step reached.
+Exit codes: 0 done; 2 bad configuration or input (hparams, vocabulary, TFRecords), a model
+dir in use by another run or not writable; 1 the disk filled up (the partial checkpoint is
+removed, the previous one kept); 128 + signal when stopped by SIGINT (130) or SIGTERM (143)
+after saving a checkpoint at the step reached.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from electra_tf.config import (  # noqa: E402
+from electra_tf.config import (
     ConfigError,
     PretrainingConfig,
     load_preset,
@@ -89,7 +89,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
+    from electra_tf.tf_startup import start_tensorflow
+
+    stop_with_parent()
+    start_tensorflow()
+    from electra_tf.data.pretraining_input import InputDataError
     from electra_tf.pretraining import loop
+    from electra_tf.run_lock import LockError
 
     try:
         if config.do_train:
@@ -103,9 +109,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         for prefix in prefixes:
             loop.evaluate(config, prefix)
         return 0
-    except (ConfigError, FileNotFoundError) as e:
+    except (ConfigError, FileNotFoundError, InputDataError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # disk full, permissions: the message names the path
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def stop_with_parent() -> None:
+    """Under `make pretrain` (ELECTRA_STOP_WITH_PARENT=1): SIGTERM when make dies, so a
+    `timeout` or kill of make saves and stops the run instead of orphaning it (Linux only)."""
+    if os.environ.get("ELECTRA_STOP_WITH_PARENT") != "1" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":

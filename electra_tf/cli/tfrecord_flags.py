@@ -8,6 +8,7 @@ import sys
 from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
 from electra_tf.data.tokenization import VocabError
+from electra_tf.run_lock import LockError
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -93,7 +94,7 @@ def run_build(options: BuildOptions) -> int:
     """Runs the build; a bad input, vocabulary or output directory is one line and exit 2."""
     try:
         stats = build_pretraining_tfrecords(options)
-    except (CorpusError, VocabError, FileExistsError, ValueError) as err:
+    except (CorpusError, VocabError, FileExistsError, ValueError, LockError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(stats.summary())

@@ -87,8 +87,9 @@ def source_roots() -> list[str]:
     return sorted({os.path.realpath(r) for r in roots if os.path.isdir(r)})
 
 
-def iter_documents(roots: list[str]) -> Iterator[list[str]]:
-    """Documents (lists of paragraphs), in sorted traversal order, before de-duplication."""
+def source_files(roots: list[str]) -> list[tuple[str, int]]:
+    """(path, size) of every file the corpus reads, in sorted traversal order."""
+    files = []
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(
@@ -96,20 +97,66 @@ def iter_documents(roots: list[str]) -> Iterator[list[str]]:
             )
             for name in sorted(filenames):
                 path = os.path.join(dirpath, name)
-                if name.endswith(".py"):
-                    texts = list(_docstrings(path))
-                elif name.endswith((".rst", ".md", ".txt")) and os.path.getsize(path) < 2_000_000:
-                    with open(path, encoding="utf-8", errors="replace") as f:
-                        texts = [f.read()]
-                else:
+                if not name.endswith((".py", ".rst", ".md", ".txt")):
                     continue
-                for text in texts:
-                    paragraphs = _paragraphs(text)
-                    if paragraphs:
-                        yield paragraphs
+                try:
+                    size = os.path.getsize(path)
+                except OSError:
+                    continue
+                if name.endswith(".py") or size < 2_000_000:
+                    files.append((path, size))
+    return files
 
 
-def write_corpus(data_dir: str, max_bytes: int) -> dict:
+class ScanProgress:
+    """Says what the scan does and how long it will take: a line every `every` seconds with
+    files and MB done, the corpus so far and an ETA from the rate so far."""
+
+    def __init__(
+        self, files: list[tuple[str, int]], log, every: float = 10.0, clock=time.monotonic
+    ):
+        self.total_files = len(files)
+        self.total_bytes = sum(size for _, size in files)
+        self.log, self.every, self.clock = log, every, clock
+        self.start = self.last = clock()
+        self.files = self.bytes = 0
+
+    def update(self, size: int, corpus_bytes: int) -> None:
+        self.files += 1
+        self.bytes += size
+        now = self.clock()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        rate = self.bytes / max(now - self.start, 1e-9)
+        eta = (self.total_bytes - self.bytes) / max(rate, 1e-9)
+        self.log(
+            f"  scanned {self.files:,}/{self.total_files:,} files "
+            f"({self.bytes / 1e6:,.0f}/{self.total_bytes / 1e6:,.0f} MB), corpus "
+            f"{corpus_bytes / 1e6:,.1f} MB, about {eta:,.0f} s left (the corpus stops at "
+            "--max-corpus-mb)"
+        )
+
+
+def iter_documents(
+    roots: list[str], progress: ScanProgress | None = None, counts: dict | None = None
+) -> Iterator[list[str]]:
+    """Documents (lists of paragraphs), in sorted traversal order, before de-duplication."""
+    for path, size in source_files(roots):
+        if path.endswith(".py"):
+            texts = list(_docstrings(path))
+        else:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                texts = [f.read()]
+        for text in texts:
+            paragraphs = _paragraphs(text)
+            if paragraphs:
+                yield paragraphs
+        if progress is not None:
+            progress.update(size, (counts or {}).get("bytes", 0))
+
+
+def write_corpus(data_dir: str, max_bytes: int, log=None) -> dict:
     """Writes de-duplicated documents to corpus/part-*.txt and eval_corpus/part-*.txt."""
     seen: set[bytes] = set()
     counts = {"documents": 0, "eval_documents": 0, "paragraphs": 0, "bytes": 0}
@@ -125,7 +172,17 @@ def write_corpus(data_dir: str, max_bytes: int) -> dict:
             buffer.clear()
             part[0] += 1
 
-    for paragraphs in iter_documents(source_roots()):
+    roots = source_roots()
+    progress = None
+    if log is not None:
+        files = source_files(roots)
+        progress = ScanProgress(files, log)
+        log(
+            f"scanning {len(files):,} files ({progress.total_bytes / 1e6:,.0f} MB) of docstrings "
+            f"and documents under {', '.join(roots)}: a few minutes on 2 cores, once (the "
+            "result is kept and reused)"
+        )
+    for paragraphs in iter_documents(roots, progress, counts):
         kept = []
         for p in paragraphs:
             key = hashlib.sha1(p.lower().encode()).digest()
@@ -243,8 +300,7 @@ def build_default_data(
     _remove_ours(data_dir, re.escape(MARKER))
     for split in ("corpus", "eval_corpus"):
         _remove_ours(os.path.join(data_dir, split), r"part-\d{5}\.txt")
-    log(f"collecting English docstrings and documents from {', '.join(source_roots())}")
-    counts = write_corpus(data_dir, int(max_corpus_mb * 1e6))
+    counts = write_corpus(data_dir, int(max_corpus_mb * 1e6), log)
     log(f"corpus: {counts} ({time.perf_counter() - start:.0f} s)")
 
     vocab_file = os.path.join(data_dir, "vocab.txt")

@@ -12,6 +12,10 @@ original issue #102).
 
 from __future__ import annotations
 
+import os
+import re
+import struct
+
 import tensorflow as tf
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
@@ -36,8 +40,15 @@ def match_files(file_pattern: str) -> list[str]:
 def check_record_length(files: list[str], max_seq_length: int) -> None:
     """Reads the first record found and checks each feature's length up front."""
     for path in files:
-        for raw in tf.data.TFRecordDataset(path).take(1):
-            example = tf.train.Example.FromString(raw.numpy())
+        try:
+            first = [raw.numpy() for raw in tf.data.TFRecordDataset(path).take(1)]
+        except tf.errors.DataLossError as e:
+            raise InputDataError(f"{path}: not a readable TFRecord file ({e.message})") from None
+        for raw in first:
+            try:
+                example = tf.train.Example.FromString(raw)
+            except Exception as e:  # protobuf's DecodeError
+                raise InputDataError(f"{path}: the first record is not a tf.train.Example") from e
             for name in FEATURE_NAMES:
                 if name not in example.features.feature:
                     raise InputDataError(f"{path}: records have no feature {name!r}")
@@ -50,6 +61,66 @@ def check_record_length(files: list[str], max_seq_length: int) -> None:
                     )
             return  # one record is enough: a build writes one length
     raise InputDataError(f"no records in the {len(files)} file(s) matched, e.g. {files[0]}")
+
+
+def walk_records(path: str) -> int:
+    """The number of records in a local TFRecord file, from its record headers alone
+    (length, crc, data, crc): a truncated file, or bytes that are not TFRecords, raise
+    InputDataError naming the file and the offset. CRCs are checked by the reader later."""
+    size = os.path.getsize(path)
+    offset, count = 0, 0
+    with open(path, "rb") as f:
+        while offset < size:
+            header = f.read(12)
+            if len(header) < 12:
+                raise InputDataError(
+                    f"{path}: truncated record header at offset {offset} (file size {size})"
+                )
+            (length,) = struct.unpack("<Q", header[:8])
+            end = offset + 12 + length + 4
+            if end > size:
+                raise InputDataError(
+                    f"{path}: not a complete TFRecord file: the record at offset {offset} "
+                    f"claims {length} bytes, past the end of the file ({size} bytes); "
+                    "truncated, or not a TFRecord file"
+                )
+            f.seek(end)
+            offset, count = end, count + 1
+    return count
+
+
+def check_input_files(files: list[str], max_seq_length: int) -> None:
+    """Before a model is built: every local file is whole (record headers walked to the end),
+    its first record parses with the expected lengths, and at least one record exists.
+    Each failure is an InputDataError naming the file."""
+    total = 0
+    remote = [path for path in files if not os.path.exists(path)]  # gs://...: not walked
+    if remote:
+        check_record_length(remote, max_seq_length)
+        total += 1
+    for path in files:
+        if path not in remote:
+            records = walk_records(path)
+            total += records
+            if records:
+                check_record_length([path], max_seq_length)
+    if total == 0:
+        raise InputDataError(
+            f"no records in the {len(files)} file(s) matched, e.g. {files[0]}; "
+            "rebuild the data (data_prep/build_tfrecords.py)"
+        )
+
+
+def locate_corrupt_record(files: list[str]) -> str | None:
+    """After a DataLossError mid-run: the first file that fails to read in full, and
+    TensorFlow's description of where (it names the byte offset, not the file)."""
+    for path in files:
+        try:
+            tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+        except tf.errors.DataLossError as e:
+            where = re.search(r"(corrupted|truncated) record at \d+", e.message)
+            return f"{path}: {where.group(0) if where else e.message.splitlines()[-1]}"
+    return None
 
 
 def pretraining_dataset(

@@ -9,8 +9,9 @@ features of exactly `max_seq_length`, see example_builder.py). Differences, all 
   `(seed, file name)`. So the output is byte-identical for a given seed whatever the number
   of processes.
 - The output directory is never deleted: a non-empty one is refused unless `overwrite`, and
-  then only files this builder writes are removed. Shards are written under temporary names
-  and renamed when complete.
+  then only files this builder writes are replaced. Every check runs before the output is
+  touched; the build is written into a staging folder and swapped in when complete, under a
+  lock that refuses a second build into the same directory. No examples at all is an error.
 - Bad input is counted and reported instead of raising (see corpus.py); a vocabulary missing
   a special token is an error naming it (load_vocab).
 - `blanks_separate_docs` can be turned off (the original's `type=bool` flag could not).
@@ -41,11 +42,15 @@ from electra_tf.data.corpus import (
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
 from electra_tf.data.tokenization import FullTokenizer, id_count, load_vocab
+from electra_tf.run_lock import RunLock
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
 SUMMARY_FILE = "build_summary.json"
 _OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")
 _SPOOL_PREFIX = ".spool-"
+_STAGING_PREFIX = ".staging-"
+LOCK_FILE = ".build.lock"
+MIN_SEQ_LENGTH = 5  # [CLS] + two segments of at least one token + two [SEP]s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,26 +197,46 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
 
 
 # ---------------------------------------------------------------------------- parent side
-def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Refuses a non-empty directory unless `overwrite`; then removes only our own files."""
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuses a file, or a non-empty directory unless `overwrite`; touches nothing."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise FileExistsError(f"output path exists and is not a directory: {output_dir}")
-    os.makedirs(output_dir, exist_ok=True)
-    entries = sorted(os.listdir(output_dir))
-    if not entries:
-        return
-    if not overwrite:
+    entries = sorted(e for e in _listdir(output_dir) if not _is_scratch(e) and e != LOCK_FILE)
+    if entries and not overwrite:
         raise FileExistsError(
             f"output directory {output_dir} is not empty ({len(entries)} entries, e.g. "
             f"{entries[0]!r}); pass --overwrite to replace the files this tool writes there "
             "(pretrain_data.tfrecord-*, build_summary.json); other files are never deleted"
         )
-    for entry in entries:
+
+
+def _listdir(path: str) -> list[str]:
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
+def _is_scratch(entry: str) -> bool:
+    return entry.startswith((_SPOOL_PREFIX, _STAGING_PREFIX))
+
+
+def _remove_scratch(output_dir: str) -> None:
+    """A killed build's staging and spool folders (only ever ours; the lock is held)."""
+    for entry in _listdir(output_dir):
         path = os.path.join(output_dir, entry)
-        if _OUR_FILES.match(entry) and os.path.isfile(path):
+        if _is_scratch(entry) and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _swap_in(staging: str, output_dir: str) -> None:
+    """Moves the finished build over the previous one: new files are renamed over old names
+    (each rename atomic), then old files the new build does not have are removed."""
+    new = sorted(os.listdir(staging))
+    for entry in new:
+        if _OUR_FILES.match(entry):
+            os.replace(os.path.join(staging, entry), os.path.join(output_dir, entry))
+    for entry in _listdir(output_dir):
+        path = os.path.join(output_dir, entry)
+        if _OUR_FILES.match(entry) and entry not in new and os.path.isfile(path):
             os.remove(path)
-        elif entry.startswith(_SPOOL_PREFIX) and os.path.isdir(path):
-            shutil.rmtree(path)  # a crashed run's scratch directory (only ever ours)
 
 
 class _Progress:
@@ -240,26 +265,59 @@ class _Progress:
         print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
 
 
-def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
-    """Writes `options.num_out_files` shards under `options.output_dir`; returns the counts."""
+def check_options(options: BuildOptions) -> list[CorpusInput]:
+    """Every check that needs no output: options, vocabulary, inputs, the output directory.
+    Returns the inputs. Nothing is written before this passes."""
     if options.num_processes < 1:
         raise ValueError(f"num_processes must be >= 1, got {options.num_processes}")
     if options.num_out_files < 1:
         raise ValueError(f"num_out_files must be >= 1, got {options.num_out_files}")
+    if options.max_seq_length < MIN_SEQ_LENGTH:
+        raise ValueError(
+            f"max_seq_length must be at least {MIN_SEQ_LENGTH}, got {options.max_seq_length}"
+        )
     load_vocab(options.vocab_file)  # fail before any work if a special token is missing
     inputs = list_inputs(options.corpus_dir)
     if not inputs:
         raise CorpusError(f"no files in corpus directory {options.corpus_dir}")
-    random.Random(options.seed).shuffle(inputs)  # the original shuffled its files too
-    prepare_output_dir(options.output_dir, options.overwrite)
+    check_output_dir(options.output_dir, options.overwrite)
+    return inputs
 
+
+def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
+    """Writes `options.num_out_files` shards under `options.output_dir`; returns the counts.
+
+    Everything is checked before the output is touched; the build runs in a staging folder
+    inside the output directory (under the directory's lock, `electra_tf.run_lock`) and is
+    swapped in at the end, so a failed or interrupted build leaves the previous one whole."""
+    inputs = check_options(options)
+    random.Random(options.seed).shuffle(inputs)  # the original shuffled its files too
+    with RunLock(options.output_dir, LOCK_FILE, "output directory"):
+        check_output_dir(options.output_dir, options.overwrite)  # again, now that it is ours
+        _remove_scratch(options.output_dir)
+        staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=options.output_dir)
+        try:
+            stats = _build(options, inputs, staging)
+            if stats.examples == 0:
+                skipped = f" (skipped: {', '.join(stats.skipped[:5])})" if stats.skipped else ""
+                raise CorpusError(
+                    f"no examples from the {stats.input_files} input(s) in {options.corpus_dir}: "
+                    f"{stats.text_files} readable text file(s), {stats.lines} non-empty "
+                    f"line(s){skipped}; the output directory was left as it was"
+                )
+            _write_summary(options, stats, staging)
+            _swap_in(staging, options.output_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return stats
+
+
+def _build(options: BuildOptions, inputs: list[CorpusInput], staging: str) -> BuildStats:
     start = time.perf_counter()
     stats = BuildStats()
     n = options.num_out_files
-    final_paths = [
-        os.path.join(options.output_dir, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)
-    ]
-    spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=options.output_dir)
+    final_paths = [os.path.join(staging, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)]
+    spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=staging)
     writers = [TFRecordWriter(p + ".incomplete") for p in final_paths]
     progress = _Progress(len(inputs), sum(i.size for i in inputs), options.progress)
     ctx = multiprocessing.get_context("spawn")
@@ -300,7 +358,6 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
     stats.seconds = time.perf_counter() - start
     stats.shards = n
     progress.update(len(jobs), counter.value, stats.tokens, final=True)
-    _write_summary(options, stats)
     return stats
 
 
@@ -316,9 +373,9 @@ def _copy_spool(spool_path: str, writers: list, first_index: int) -> None:
     os.remove(spool_path)
 
 
-def _write_summary(options: BuildOptions, stats: BuildStats) -> None:
+def _write_summary(options: BuildOptions, stats: BuildStats, directory: str) -> None:
     summary = {"options": dataclasses.asdict(options), "stats": dataclasses.asdict(stats)}
-    path = os.path.join(options.output_dir, SUMMARY_FILE)
+    path = os.path.join(directory, SUMMARY_FILE)
     write_json(path, summary, indent=2)
 
 

@@ -21,6 +21,9 @@ from electra_tf.config import (
     ConfigError,
     ModelConfig,
     PretrainingConfig,
+    check_model_overrides,
+    check_ranges,
+    check_types,
     parse_hparams,
     replace_checked,
 )
@@ -159,9 +162,27 @@ class FinetuningConfig:
                 f"init_checkpoint_format: {self.init_checkpoint_format!r} is not "
                 "auto/native/original/hf"
             )
-        for key in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key}: must be >= 1")
+        check_types(self)
+        check_ranges(
+            self,
+            positive=("learning_rate", "num_train_epochs", "layerwise_lr_decay"),
+            at_least_one=(
+                "train_batch_size",
+                "eval_batch_size",
+                "predict_batch_size",
+                "num_trials",
+                "save_checkpoints_steps",
+                "iterations_per_loop",
+                "max_query_length",
+                "doc_stride",
+                "n_best_size",
+                "max_answer_length",
+                "max_train_examples",
+            ),
+            non_negative=("weight_decay_rate", "answerable_weight", "log_every_steps"),
+            probabilities=("warmup_proportion",),
+        )
+        check_model_overrides(self.model_hparam_overrides, "model_hparam_overrides")
         if self.max_seq_length < 8:
             raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
         return self

@@ -92,6 +92,10 @@ class SentenceTask(Task):
         is_test = "test" in split or "diagnostic" in split
         cols = self.test_columns if (is_test and self.test_columns) else self.columns
         examples = self._load(path, rows, split, cols, is_test, swap=False, eid_offset=0)
+        if not examples:
+            # An empty dev set scored NaN into results.json; an empty train set crashed later.
+            what = "only a header row" if rows else "no rows"
+            raise DataError(f"{path}: no examples ({what}); task {self.name} needs at least one")
         if self.double_train and self.config.double_unordered and split == "train":
             examples += self._load(path, rows, split, cols, is_test, True, len(examples))
         return examples

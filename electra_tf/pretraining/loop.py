@@ -8,12 +8,15 @@
 - The step counter is the optimizer's `iterations` (the original's `global_step`); the LR
   schedule reads it, checkpoints are numbered by it and training stops when it reaches
   `num_train_steps`. A restart restores it with everything else and carries on.
-- SIGINT / SIGTERM finish the current loop, save a checkpoint at the step reached, and return
+  On a CPU (no accelerator, one worker) a call is sized to about two seconds instead, so
+  progress lines come at least every 30 s and a signal is seen within a step.
+- SIGINT / SIGTERM finish the current call, save a checkpoint at the step reached, and return
   the signal number (the CLI exits with 128 + signal, i.e. 130 for Ctrl-C).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -34,8 +37,15 @@ from electra_tf.checkpoints.training_state import (
     write_run_config,
 )
 from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.data.pretraining_input import (
+    InputDataError,
+    check_input_files,
+    locate_corrupt_record,
+    match_files,
+)
 from electra_tf.optimization import create_optimizer
 from electra_tf.pretraining.progress import ProgressReporter
+from electra_tf.run_lock import RunLock, ensure_writable
 
 TENSORBOARD_DIR = "tensorboard"
 RESULTS_DIR = "results"
@@ -228,7 +238,7 @@ class _StopRequest:
         self.signum = signum
         print(
             f"\n{signal.Signals(signum).name} received: saving a checkpoint after the current "
-            "loop, then stopping (send it again to abort without saving).",
+            "step(s), then stopping (send it again to abort without saving).",
             file=self.stream,
             flush=True,
         )
@@ -324,17 +334,53 @@ def _start_from_init_checkpoint(
 
 
 def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResult:
-    """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir."""
+    """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir.
+
+    The chief holds the model dir's lock for the whole run: a second writer is refused before
+    it touches anything (`electra_tf.run_lock`)."""
     stream = stream or sys.stdout
-    model_dir = config.resolved_model_dir()
-    os.makedirs(model_dir, exist_ok=True)
     keras.mixed_precision.set_global_policy(config.precision)
     tf.random.set_seed(config.seed)
     strategy = build_strategy(config)
     is_chief, worker_id, num_workers = worker_role(strategy)
     check_accumulation(config, strategy)
-    prepare_model_dir(config, model_dir, is_chief)
+    model_dir = config.resolved_model_dir()
+    lock = RunLock(model_dir, what="model dir") if is_chief else contextlib.nullcontext()
+    with lock:
+        os.makedirs(model_dir, exist_ok=True)
+        # Bad input files fail here, naming the file, before the model is built.
+        files = match_files(config.resolved_pretrain_tfrecords())
+        check_input_files(files, config.max_seq_length)
+        prepare_model_dir(config, model_dir, is_chief)
+        return _train(config, stream, strategy, (is_chief, worker_id, num_workers), files)
 
+
+def steps_per_call_limit(config: PretrainingConfig) -> int | None:
+    """None: run `iterations_per_loop` steps per compiled call (accelerators, distributed runs).
+    Otherwise the steps of the first call (1); the loop then sizes each call to about
+    `CALL_SECONDS` from the time a step took. On a CPU 200 steps were one graph call of minutes
+    to hours, and Python (progress lines, Ctrl-C, SIGTERM) only runs between calls. The steps
+    run, their order and the checkpoints are the same either way."""
+    if config.distribution_strategy != "default":
+        return None  # every worker must make the same calls (collectives)
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        return None
+    return 1
+
+
+CALL_SECONDS = 2.0  # CPU: the longest a compiled call should run before Python looks again
+HEARTBEAT_SECONDS = 30.0  # CPU: a progress line at least this often
+
+
+def _train(
+    config: PretrainingConfig,
+    stream: TextIO,
+    strategy: tf.distribute.Strategy,
+    role: tuple[bool, int, int],
+    files: list[str],
+) -> TrainResult:
+    is_chief, worker_id, num_workers = role
+    model_dir = config.resolved_model_dir()
     with strategy.scope():
         model = build_model(config)
         optimizer = build_optimizer(config, model)
@@ -367,19 +413,42 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
         os.path.join(model_dir, TENSORBOARD_DIR, "train") if is_chief else None,
         stream if is_chief else io.StringIO(),  # other workers stay quiet
     )
+    limit = steps_per_call_limit(config)
+    if limit is not None:
+        print(
+            f"Training steps {step}..{total} on CPU: the first step builds the graph (up to a "
+            f"minute); then a line every {log_every} steps, and a progress line at least every "
+            f"{HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
+            file=stream if is_chief else io.StringIO(),
+            flush=True,
+        )
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     result = TrainResult(step)
     tokens, saved_step = 0, step
     with _StopRequest(stream) as stop:
         while step < total and stop.signum is None:
+            num_steps = next_boundary(config, step, log_every) - step
+            if limit is not None:
+                num_steps = min(num_steps, limit)
+            started = time.monotonic()
             try:
-                num_steps = next_boundary(config, step, log_every) - step
                 local = int(train_steps(iterator, tf.constant(num_steps)))
-                tokens += local * num_workers
             except tf.errors.OutOfRangeError as e:
                 raise RuntimeError(
                     f"{config.resolved_pretrain_tfrecords()}: the training data ran out"
                 ) from e
+            except tf.errors.DataLossError as e:
+                # Steps before the bad record are kept; the message names the file.
+                saved = _save_reached(checkpoints, optimizer, saved_step)
+                raise InputDataError(
+                    f"{locate_corrupt_record(files) or e.message}; {saved}"
+                ) from None
+            if limit is not None:
+                seconds_per_step = (time.monotonic() - started) / num_steps
+                limit = int(
+                    max(1, min(config.iterations_per_loop, CALL_SECONDS / seconds_per_step))
+                )
+            tokens += local * num_workers
             step = int(optimizer.iterations.numpy())
             stopping = step >= total or stop.signum is not None
             if step % log_every == 0 or stopping:
@@ -387,6 +456,8 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
                 result.metrics = reporter.report(step, _metric_values(model), tokens, lr)
                 _reset_metrics(model)
                 tokens = 0
+            elif limit is not None:
+                reporter.heartbeat(step, tokens, HEARTBEAT_SECONDS)
             if step % config.save_checkpoints_steps == 0 or stopping:
                 result.checkpoint, saved_step = checkpoints.save(step), step
         if saved_step != step:  # a signal that arrived after the last boundary check
@@ -402,6 +473,17 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
             flush=True,
         )
     return result
+
+
+def _save_reached(checkpoints: TrainingCheckpoints, optimizer: Any, saved_step: int) -> str:
+    """Saves the step reached before an input error; says what was kept."""
+    step = int(optimizer.iterations.numpy())
+    if step == saved_step:
+        return f"the last checkpoint is at step {step}"
+    try:
+        return f"saved {checkpoints.save(step)} (step {step}) first"
+    except Exception as e:  # the run is failing already: report, do not mask the input error
+        return f"could not save step {step} ({type(e).__name__})"
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -421,6 +503,9 @@ def evaluate(
     if prefix is None:
         raise FileNotFoundError(f"do_eval: no checkpoint in {model_dir}")
     strategy = build_strategy(config)
+    if worker_role(strategy)[0]:
+        # Fail before evaluating, not after printing the metrics, when results/ is not writable.
+        ensure_writable(os.path.join(model_dir, RESULTS_DIR), "results directory")
     with strategy.scope():
         # Not compiled: compile() would attach a default optimizer that the checkpoint's
         # `model/optimizer` entry does not match.

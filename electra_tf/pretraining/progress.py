@@ -60,6 +60,7 @@ class ProgressReporter:
         self._last_time = self.start_time
         self._last_step = start_step
         self._start_step = start_step
+        self._last_print = self.start_time
         self.writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
 
     def report(
@@ -84,9 +85,31 @@ class ProgressReporter:
             f"ETA {format_duration(eta)}",
         ]
         print(" | ".join(parts), file=self.stream, flush=True)
+        self._last_print = now
         scalars = {**metrics, **rates, "learning_rate": learning_rate}
         self.write_scalars(step, scalars)
         return scalars
+
+    def heartbeat(self, step: int, tokens: float, every_seconds: float) -> bool:
+        """Between two report lines: a short line (step, rates, ETA) when none came for
+        `every_seconds`; `tokens` = real tokens since the last report. Nothing is reset."""
+        now = self.clock()
+        if now - self._last_print < every_seconds:
+            return False
+        self._last_print = now
+        period = max(now - self._last_time, 1e-9)
+        elapsed = now - self.start_time
+        done = step - self._start_step
+        eta = (self.total_steps - step) * elapsed / done if done > 0 else float("inf")
+        parts = [
+            f"step {step}/{self.total_steps}",
+            f"{(step - self._last_step) / period:.2f} steps/s",
+            f"{tokens / period:,.0f} tok/s",
+            f"elapsed {format_duration(elapsed)}",
+            f"ETA {format_duration(eta)}",
+        ]
+        print(" | ".join(parts), file=self.stream, flush=True)
+        return True
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         if self.writer is None:

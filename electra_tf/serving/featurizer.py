@@ -95,7 +95,9 @@ def pack_features(
         len_a, len_b, max_seq_length - 2 - has_b, truncation, max_first_length
     )
     total = 2 + keep_a + keep_b + has_b  # [batch]
-    width = tf.reduce_max(tf.concat([total, [0]], 0))
+    # At least [CLS] [SEP]: a batch of 0 rows is [0, 2], not [0, 0], which the encoder's
+    # [CLS] slice (classification heads) could not index.
+    width = tf.reduce_max(tf.concat([total, [2]], 0))
     positions = tf.broadcast_to(tf.range(width)[None, :], [tf.shape(total)[0], width])  # [B, T]
     ka, kb = keep_a[:, None], keep_b[:, None]
     in_a = (positions >= 1) & (positions <= ka)

@@ -47,6 +47,24 @@ def _ids_spec() -> dict[str, tf.TensorSpec]:
     }
 
 
+def checked_text(text_a: tf.Tensor, text_b: tf.Tensor | None) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """The text inputs, after run-time checks: TF Serving does not enforce a signature's
+    [None] shape (a [2, 2] input was flattened into a batch of 4; a static rank check is folded
+    away by the graph optimizer, EnsureShape is not), and the two texts of a pair must line up.
+    """
+    text_a = tf.ensure_shape(text_a, [None])  # "Shape of tensor text [2,2] is not compatible"
+    if text_b is None:
+        return text_a, None
+    text_b = tf.ensure_shape(text_b, [None])
+    same = tf.debugging.assert_equal(
+        tf.shape(text_a),
+        tf.shape(text_b),
+        message="text_a and text_b must have the same batch size",
+    )
+    with tf.control_dependencies([same]):
+        return tf.identity(text_a), tf.identity(text_b)
+
+
 class ServingModule(tf.Module):
     """Signatures for one exported model.
 
@@ -126,11 +144,11 @@ class ServingModule(tf.Module):
         }
 
     def tokenize_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:
-        features = self.featurizer(text_a, text_b)
+        features = self.featurizer(*checked_text(text_a, text_b))
         return {**features, "tokens": self._tokens(features)}
 
     def serve_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:
-        return self.outputs(self.featurizer(text_a, text_b))
+        return self.outputs(self.featurizer(*checked_text(text_a, text_b)))
 
     def outputs(self, features: dict[str, tf.Tensor]) -> RawOutputs:
         features = {k: tf.cast(v, tf.int32) for k, v in features.items()}

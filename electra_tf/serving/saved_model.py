@@ -100,13 +100,18 @@ class ExportSpec:
 
 
 def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwrite: bool) -> str:
+    import tensorflow as tf
+
     signatures = spec.module.signatures()
     info = {
         **spec.info,
         "kind": spec.kind,
         "signatures": {
             key: {
-                "inputs": sorted(fn.structured_input_signature[1]),
+                # Positional specs (the text signatures) are in [0], keyword ones in [1].
+                "inputs": sorted(
+                    spec.name for spec in tf.nest.flatten(fn.structured_input_signature)
+                ),
                 "outputs": sorted(fn.structured_outputs),
             }
             for key, fn in signatures.items()

@@ -1,0 +1,61 @@
+"""TensorFlow start-up without its CPU-only noise on the console.
+
+On a machine with no NVIDIA driver, TensorFlow's CUDA build still probes for one and logs an
+ERROR line (`failed call to cuInit: ... CUDA error`) at its first device query: the first
+screen a new user saw. `TF_CPP_MIN_LOG_LEVEL=3` would hide it, and every real error with it.
+Instead, on such machines the first device query runs with file descriptor 2 captured, and
+the captured lines are written back except the few known to mean only "there is no GPU here".
+Where a driver exists nothing is filtered: there a CUDA error is a real one.
+
+CLIs call `start_tensorflow()` after parsing their arguments (`--help` imports no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # INFO and WARNING; ERRORs still show
+
+# Lines that, without an NVIDIA driver, only say that no GPU will be used.
+CPU_ONLY_NOISE = re.compile(
+    r"failed call to cuInit|Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) "
+    r"factory|computation placer already registered|TF-TRT Warning|cuda_executor|"
+    r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate"
+)
+
+
+def has_nvidia_driver() -> bool:
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+
+
+def start_tensorflow() -> None:
+    """Imports TensorFlow and makes its first device query, keeping CPU-only noise off stderr."""
+    if "tensorflow" in sys.modules and getattr(start_tensorflow, "done", False):
+        return
+    if has_nvidia_driver():
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
+        start_tensorflow.done = True  # type: ignore[attr-defined]
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_logical_devices()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not CPU_ONLY_NOISE.search(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+    start_tensorflow.done = True  # type: ignore[attr-defined]
