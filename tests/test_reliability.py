@@ -521,7 +521,15 @@ def test_default_corpus_scan_says_what_it_does_and_how_long():
 # ------------------------------------------------------------------ 11. quiet start-up, fast --help
 @pytest.mark.parametrize(
     "command",
-    ["pretrain", "finetune", "export", "build_tfrecords", "learn_vocab", "build_default_corpus"],
+    [
+        "pretrain",
+        "finetune",
+        "export",
+        "convert",
+        "build_tfrecords",
+        "learn_vocab",
+        "build_default_corpus",
+    ],
 )
 def test_help_imports_no_tensorflow(command):
     code = (
@@ -533,6 +541,13 @@ def test_help_imports_no_tensorflow(command):
         [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT
     )
     assert result.stdout.strip().endswith("False"), result.stdout[-500:]
+
+
+def test_convert_lists_the_formats_checkpoints_has():
+    from electra_tf import checkpoints
+    from electra_tf.cli import convert
+
+    assert convert.FORMATS == tuple(checkpoints.FORMATS)
 
 
 def test_cpu_start_up_prints_no_cuda_error():

@@ -18,15 +18,12 @@ import logging
 import sys
 
 import numpy as np
-import tensorflow as tf
 
-from electra_tf import checkpoints
-from electra_tf.checkpoints.files import first_line
-from electra_tf.checkpoints.hf import HFFormatError
-from electra_tf.checkpoints.mapping import mapping_lines
-from electra_tf.checkpoints.safetensors_io import SafetensorsError
 from electra_tf.config import ConfigError, PretrainingConfig
 
+# The formats `electra_tf.checkpoints` reads and writes (its FORMATS; kept here so that --help
+# imports no TensorFlow, and checked equal by tests/test_reliability.py).
+FORMATS = ("native", "original", "hf")
 # Variable scopes that belong to the generator alone (the embeddings are the discriminator's).
 GENERATOR_SCOPES = ("generator/", "generator_predictions/")
 
@@ -47,10 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--from", dest="src", default="auto", choices=["auto", *checkpoints.FORMATS]
-    )
-    parser.add_argument("--to", dest="dst", required=True, choices=checkpoints.FORMATS)
+    parser.add_argument("--from", dest="src", default="auto", choices=["auto", *FORMATS])
+    parser.add_argument("--to", dest="dst", required=True, choices=FORMATS)
     parser.add_argument("--input", required=True, help="checkpoint prefix or directory")
     parser.add_argument("--output", required=True, help="directory to create")
     parser.add_argument(
@@ -75,6 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --float16 is for --to hf (native and original stay float32)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from electra_tf.tf_startup import start_tensorflow
+
+    start_tensorflow()  # before TensorFlow's first import: its CPU-only start-up noise is dropped
+    import tensorflow as tf
+
+    from electra_tf import checkpoints
+    from electra_tf.checkpoints.files import first_line
+    from electra_tf.checkpoints.hf import HFFormatError
+    from electra_tf.checkpoints.mapping import mapping_lines
+    from electra_tf.checkpoints.safetensors_io import SafetensorsError
 
     try:
         config: PretrainingConfig | None = None
