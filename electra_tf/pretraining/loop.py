@@ -372,15 +372,15 @@ CALL_SECONDS = 2.0  # CPU: the longest a compiled call should run before Python 
 HEARTBEAT_SECONDS = 30.0  # CPU: a progress line at least this often
 
 
-def _train(
+def _build_run(
     config: PretrainingConfig,
-    stream: TextIO,
     strategy: tf.distribute.Strategy,
     role: tuple[bool, int, int],
-    files: list[str],
-) -> TrainResult:
-    is_chief, worker_id, num_workers = role
-    model_dir = config.resolved_model_dir()
+    stream: TextIO,
+) -> tuple[Any, Any, Any, TrainingCheckpoints, str | None]:
+    """(model, optimizer, input iterator, checkpoints, restored checkpoint) of a run, resumed
+    from its latest checkpoint when it has one."""
+    is_chief, worker_id, _ = role
     with strategy.scope():
         model = build_model(config)
         optimizer = build_optimizer(config, model)
@@ -394,12 +394,61 @@ def _train(
     if track_data:
         state["data"] = iterator
     checkpoints = TrainingCheckpoints(
-        model_dir, config.keep_checkpoint_max, is_chief=is_chief, worker_id=worker_id, **state
+        config.resolved_model_dir(),
+        config.keep_checkpoint_max,
+        is_chief=is_chief,
+        worker_id=worker_id,
+        **state,
     )
     restored, iterator = _resume(
         config, checkpoints, model, optimizer, strategy, pattern, iterator, track_data, stream
     )
+    return model, optimizer, iterator, checkpoints, restored
 
+
+def _run_steps(
+    train_steps: Any,
+    iterator: Any,
+    num_steps: int,
+    config: PretrainingConfig,
+    checkpoints: TrainingCheckpoints,
+    optimizer: Any,
+    saved_step: int,
+    files: list[str],
+) -> int:
+    """One call of the compiled loop: the steps this worker ran, or a one-line error naming the
+    data (after saving the steps reached before a corrupt record)."""
+    try:
+        return int(train_steps(iterator, tf.constant(num_steps)))
+    except tf.errors.OutOfRangeError as e:
+        raise RuntimeError(
+            f"{config.resolved_pretrain_tfrecords()}: the training data ran out"
+        ) from e
+    except tf.errors.DataLossError as e:
+        saved = _save_reached(checkpoints, optimizer, saved_step)
+        raise InputDataError(f"{locate_corrupt_record(files) or e.message}; {saved}") from None
+
+
+def _announce_cpu_run(step: int, total: int, log_every: int, stream: TextIO) -> None:
+    print(
+        f"Training steps {step}..{total} on CPU: the first step builds the graph (up to a "
+        f"minute); then a line every {log_every} steps, and a progress line at least every "
+        f"{HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
+        file=stream,
+        flush=True,
+    )
+
+
+def _train(
+    config: PretrainingConfig,
+    stream: TextIO,
+    strategy: tf.distribute.Strategy,
+    role: tuple[bool, int, int],
+    files: list[str],
+) -> TrainResult:
+    is_chief, worker_id, num_workers = role
+    model_dir = config.resolved_model_dir()
+    model, optimizer, iterator, checkpoints, restored = _build_run(config, strategy, role, stream)
     step = int(optimizer.iterations.numpy())
     total = config.num_train_steps
     if step >= total:
@@ -414,14 +463,8 @@ def _train(
         stream if is_chief else io.StringIO(),  # other workers stay quiet
     )
     limit = steps_per_call_limit(config)
-    if limit is not None:
-        print(
-            f"Training steps {step}..{total} on CPU: the first step builds the graph (up to a "
-            f"minute); then a line every {log_every} steps, and a progress line at least every "
-            f"{HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
-            file=stream if is_chief else io.StringIO(),
-            flush=True,
-        )
+    if limit is not None and is_chief:
+        _announce_cpu_run(step, total, log_every, stream)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     result = TrainResult(step)
     tokens, saved_step = 0, step
@@ -431,18 +474,9 @@ def _train(
             if limit is not None:
                 num_steps = min(num_steps, limit)
             started = time.monotonic()
-            try:
-                local = int(train_steps(iterator, tf.constant(num_steps)))
-            except tf.errors.OutOfRangeError as e:
-                raise RuntimeError(
-                    f"{config.resolved_pretrain_tfrecords()}: the training data ran out"
-                ) from e
-            except tf.errors.DataLossError as e:
-                # Steps before the bad record are kept; the message names the file.
-                saved = _save_reached(checkpoints, optimizer, saved_step)
-                raise InputDataError(
-                    f"{locate_corrupt_record(files) or e.message}; {saved}"
-                ) from None
+            local = _run_steps(
+                train_steps, iterator, num_steps, config, checkpoints, optimizer, saved_step, files
+            )
             if limit is not None:
                 seconds_per_step = (time.monotonic() - started) / num_steps
                 limit = int(
