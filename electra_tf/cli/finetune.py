@@ -19,10 +19,12 @@ import sys
 
 
 def pretrained_hparams(folder: str) -> dict[str, str]:
-    """init_checkpoint and vocab_file of a shipped model folder."""
+    """init_checkpoint and vocab_file of a shipped model folder (ConfigError if it has none)."""
+    from electra_tf.config import ConfigError
+
     vocab = os.path.join(folder, "vocab.txt")
     if not os.path.isdir(folder) or not os.path.isfile(vocab):
-        raise SystemExit(f"error: --pretrained {folder}: not a folder with a vocab.txt")
+        raise ConfigError(f"--pretrained {folder}: not a folder with a vocab.txt")
     return {"init_checkpoint": folder, "vocab_file": vocab}
 
 

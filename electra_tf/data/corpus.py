@@ -91,8 +91,13 @@ class TextFile:
     replaced_chars: int = 0
     bytes_read: int = 0
 
-    def lines(self) -> Iterator[str]:
-        """Decoded lines without the trailing newline."""
+    def lines(self, strip_gutenberg: bool = False) -> Iterator[str]:
+        """Decoded lines, each with its trailing newline; with `strip_gutenberg`, only those
+        between the file's Project Gutenberg START and END lines (`gutenberg_body`)."""
+        decoded = self._decoded_lines()
+        return gutenberg_body(decoded) if strip_gutenberg else decoded
+
+    def _decoded_lines(self) -> Iterator[str]:
         for raw in self.stream:
             self.bytes_read += len(raw)
             try:

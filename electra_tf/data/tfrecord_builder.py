@@ -35,7 +35,6 @@ from electra_tf.atomic_io import write_json
 from electra_tf.data.corpus import (
     CorpusError,
     CorpusInput,
-    gutenberg_body,
     iter_text_files,
     list_inputs,
 )
@@ -165,10 +164,7 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
             builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
             in_document = False
             reported = 0
-            lines = text_file.lines()
-            if options.strip_gutenberg:
-                lines = gutenberg_body(lines)
-            for line in lines:
+            for line in text_file.lines(options.strip_gutenberg):
                 line = line.strip()
                 if not line:
                     if options.blanks_separate_docs:

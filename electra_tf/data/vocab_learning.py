@@ -17,7 +17,7 @@ import collections
 from collections.abc import Iterable
 
 from electra_tf.atomic_io import write_text
-from electra_tf.data.corpus import gutenberg_body, iter_text_files, list_inputs
+from electra_tf.data.corpus import iter_text_files, list_inputs
 from electra_tf.data.tokenization import BasicTokenizer
 
 _BERT_LAYOUT_MIN_SIZE = 1000
@@ -51,8 +51,7 @@ def corpus_lines(
         for text_file in iter_text_files(item):
             if text_file.skip_reason:
                 continue
-            lines = text_file.lines()
-            for line in gutenberg_body(lines) if strip_gutenberg else lines:
+            for line in text_file.lines(strip_gutenberg):
                 read += len(line)
                 yield line
                 if max_bytes is not None and read >= max_bytes:
