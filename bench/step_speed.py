@@ -1,0 +1,57 @@
+"""Tokens/s of the project's own train step for any pre-training config, on synthetic batches.
+
+    python bench/step_speed.py '{"model_hparam_overrides": {"hidden_size": 256, ...}, ...}' [STEPS]
+
+The config is the dataclass defaults plus the JSON given (as `--hparams`); the step is the
+training loop's own `make_train_function`, run 5 steps to warm up, then STEPS (default 20) in
+one call. Used to choose the shipped Gutenberg model's shape and to compare the ELECTRA step
+with the masked-LM baseline's (`"electra_objective": false`) in bench/README.md. Not a
+benchmark against a peer (that is `make bench`); run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import tensorflow as tf
+import tf_keras as keras
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from project_step import synthetic_batches, write_bench_vocab  # noqa: E402
+
+from electra_tf.config import pretraining_config  # noqa: E402
+from electra_tf.pretraining import loop  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    hparams = json.loads(argv[0]) if argv else {}
+    steps = int(argv[1]) if len(argv) > 1 else 20
+    data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
+    config = pretraining_config("speed", data_dir, hparams=hparams)
+    write_bench_vocab(data_dir, config.vocab_size)
+    keras.mixed_precision.set_global_policy(config.precision)
+    model = loop.build_model(config)
+    model.compile(optimizer=loop.build_optimizer(config, model))
+    train_steps = loop.make_train_function(
+        model, tf.distribute.get_strategy(), bool(config.jit_compile)
+    )
+    batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)
+    iterator = iter(batches)
+    train_steps(iterator, tf.constant(5)).numpy()
+    start = time.perf_counter()
+    train_steps(iterator, tf.constant(steps)).numpy()
+    seconds = (time.perf_counter() - start) / steps
+    tokens = config.train_batch_size * config.max_seq_length / seconds
+    print(
+        f"{tokens:,.0f} tokens/s, {seconds * 1000:.0f} ms/step ({config.precision}, "
+        f"XLA {bool(config.jit_compile)}, load average {os.getloadavg()[0]:.2f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
