@@ -301,11 +301,13 @@ def create_optimizer(
     n_transformer_layers: int | None = None,
     fix_layerwise_top_layer: bool = False,
     start_step: int = 0,
+    lr_multipliers: Mapping[str, float] | None = None,
 ) -> AdamWeightDecay:
     """The original's `create_optimizer`, returning the optimizer instead of a train op.
 
     Clipping (global norm 1.0) happens inside the optimizer. `layerwise_lr_decay_power > 0`
-    turns on layer-wise LR decay and needs `n_transformer_layers`.
+    turns on layer-wise LR decay and needs `n_transformer_layers`. `lr_multipliers` (original
+    name -> factor) scales further variables; it multiplies with the layer-wise factors.
     """
     schedule = ElectraSchedule(
         learning_rate,
@@ -315,16 +317,19 @@ def create_optimizer(
         power=lr_decay_power,
         start_step=start_step,
     )
-    multipliers = None
+    multipliers = dict(lr_multipliers) if lr_multipliers else None
     if layerwise_lr_decay_power > 0:
         if n_transformer_layers is None:
             raise ValueError("layerwise_lr_decay_power > 0 needs n_transformer_layers")
-        multipliers = layerwise_lr_multipliers(
+        layerwise = layerwise_lr_multipliers(
             variable_map,
             n_transformer_layers,
             layerwise_lr_decay_power,
             fix_top_layer=fix_layerwise_top_layer,
         )
+        for name, factor in (multipliers or {}).items():
+            layerwise[name] = layerwise.get(name, 1.0) * factor
+        multipliers = layerwise
     return AdamWeightDecay(
         learning_rate=schedule,
         weight_decay_rate=weight_decay_rate,

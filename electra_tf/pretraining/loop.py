@@ -148,10 +148,22 @@ def build_model(config: PretrainingConfig) -> keras.Model:
     return model
 
 
+def generator_lr_multipliers(
+    variable_map: dict[str, tf.Variable], multiplier: float
+) -> dict[str, float]:
+    """`generator_lr_multiplier` for every generator-only variable; {} at 1.0 (the original)."""
+    if multiplier == 1.0:
+        return {}
+    prefixes = ("generator/", "generator_predictions/")
+    return {name: multiplier for name in variable_map if name.startswith(prefixes)}
+
+
 def build_optimizer(config: PretrainingConfig, model: keras.Model) -> keras.optimizers.Optimizer:
     """AdamWeightDecay on the original's schedule; wrapped for loss scaling under float16."""
+    variable_map = model.variable_map()
     optimizer = create_optimizer(
-        model.variable_map(),
+        variable_map,
+        lr_multipliers=generator_lr_multipliers(variable_map, config.generator_lr_multiplier),
         learning_rate=config.learning_rate,
         num_train_steps=config.num_train_steps,
         weight_decay_rate=config.weight_decay_rate,
