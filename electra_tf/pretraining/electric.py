@@ -1,0 +1,67 @@
+"""Electric's energy-based discriminator output (Clark et al. 2020, "Pre-Training Transformers
+as Energy-Based Cloze Models"), as the original's `run_pretraining.py` computes it. Pure tf."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def token_log_probs(logits: tf.Tensor, token_ids: tf.Tensor) -> tf.Tensor:
+    """log softmax(logits)[token] per position: float32 [batch, seq_len] from logits
+    [batch, seq_len, vocab] and int ids [batch, seq_len].
+
+    Computed as minus the softmax cross-entropy, which gives the same numbers as the
+    original's `reduce_sum(log_softmax(logits) * one_hot(ids))` without a [batch, seq_len,
+    vocab] log-softmax or one-hot tensor.
+    """
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(token_ids, tf.int32), logits=tf.cast(logits, tf.float32)
+    )
+
+
+def noise_prior(mask_prob: float) -> tf.Tensor:
+    """log(mask_prob / (1 - mask_prob)), float32: the ratio in Python floats, the log in
+    float32, as the original's `tf.log` of the Python ratio."""
+    return tf.math.log(tf.constant(mask_prob / (1 - mask_prob), tf.float32))
+
+
+def electric_logits(
+    energies: tf.Tensor, cloze_logits: tf.Tensor, token_ids: tf.Tensor, mask_prob: float
+) -> dict[str, tf.Tensor]:
+    """Electric's discriminator logits (label 1 = noise), as `_get_discriminator_output`:
+
+        logit_t = E_t + stop_gradient(log q(x_t | context)) + log(mask_prob / (1 - mask_prob))
+
+    with E_t the discriminator head's output (the energy) and q the two-tower cloze model.
+
+    The paper's NCE classifier (section 3) scores data against k noise samples among n tokens:
+    P(data) = (n - k) exp(-E) / ((n - k) exp(-E) + k q). Its complement, P(noise), is
+    sigmoid(E + log q + log(k / (n - k))): this logit. Where the code and the paper differ, this
+    follows the code:
+    - k / (n - k) is the constant mask_prob / (1 - mask_prob), not each sequence's number of
+      sampled positions over the rest (which rounding and duplicate positions change);
+    - log q is the cloze model's log-probability of the discriminator's INPUT token given the
+      clean, unmasked sequence (the one pass that also gave the samples), not given the noised
+      context the discriminator sees; where no sample was written it is log q of the original;
+    - it is added at every position ([CLS] and [SEP] count in the loss, which is over
+      input_mask), and at [CLS] and the last position the cloze features wrapped around (see
+      `TwoTowerClozeTransformer`).
+    The gradient of the discriminator loss does not reach the cloze model (stop_gradient):
+    q is trained by its cloze loss only.
+
+    Args:
+        energies: float [batch, seq_len], the discriminator head's output.
+        cloze_logits: float [batch, seq_len, vocab], the cloze model on the unmasked input.
+        token_ids: int [batch, seq_len], the discriminator's input (the sampled fakes).
+        mask_prob: the config's mask_prob.
+
+    Returns:
+        dict of float32 [batch, seq_len]: `disc_logits`, `energies`, `log_q`.
+    """
+    energies = tf.cast(energies, tf.float32)
+    log_q = tf.stop_gradient(token_log_probs(cloze_logits, token_ids))
+    return {
+        "disc_logits": energies + log_q + noise_prior(mask_prob),
+        "energies": energies,
+        "log_q": log_q,
+    }
