@@ -1,7 +1,7 @@
 """Electric (energy-based cloze pre-training, run_pretraining.py with electric_objective): the
 two-tower cloze model, the cloze loss, the energy-based discriminator loss against NumPy
 re-derivations (reference_numpy), the config rules, a tiny training run, and the original's
-checkpoint names."""
+checkpoint names, and scoring text."""
 
 import os
 
@@ -16,7 +16,11 @@ from test_checkpoints import original_shapes, write_tf1_checkpoint
 from electra_tf import checkpoints
 from electra_tf.cli import convert
 from electra_tf.config import ConfigError, PretrainingConfig, pretraining_config
-from electra_tf.modeling import Embeddings, TwoTowerClozeTransformer
+from electra_tf.data.tokenization import FullTokenizer
+from electra_tf.modeling import ElectraDiscriminator, Embeddings, TwoTowerClozeTransformer
+from electra_tf.modeling.discriminator import dummy_inputs
+from electra_tf.pretraining.electric import pseudo_log_likelihoods
+from electra_tf.pretraining.electric_scoring import score_text
 from electra_tf.pretraining.losses import electra_loss
 from electra_tf.pretraining.masking import candidates_mask
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
@@ -484,3 +488,52 @@ def test_electric_names_round_trip_through_every_format(tmp_path):
     assert kept - {"global_step"} == {
         n for n in expected if n.startswith(("electra/", "discriminator_predictions/"))
     }
+
+
+# ------------------------------------------------------------------------------ scoring
+def test_pseudo_log_likelihoods_on_hand_made_energies():
+    energies = np.array([[0.5, -1.0, 2.0, 0.25], [3.0, 1.5, -0.5, 9.0]], np.float32)
+    scored = np.array([[0, 1, 1, 0], [0, 1, 0, 0]], bool)
+    out = {k: v.numpy() for k, v in pseudo_log_likelihoods(energies, scored).items()}
+    np.testing.assert_array_equal(out["token_scores"], [[0, 1.0, -2.0, 0], [0, -1.5, 0, 0]])
+    np.testing.assert_array_equal(out["sentence_scores"], [-1.0, -1.5])
+    np.testing.assert_array_equal(out["num_scored"], [2, 1])
+
+
+def test_score_text_is_minus_the_energy_of_each_token(tmp_path):
+    # Vocabulary: [PAD] [CLS] [SEP] [MASK] [UNK], then wN at id N (the fixtures' special ids).
+    words = [f"w{i}" for i in range(5, VOCAB)]
+    (tmp_path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + words) + "\n"
+    )
+    tokenizer = FullTokenizer(str(tmp_path / "vocab.txt"))
+    config = electric_config()
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    ref.perturb(model.variable_map().values())
+    w = numpy_weights(model)
+    texts = ["w5 w6 w7", "w10 w11 w12 w13 w14 w15 w16", "w20", ""]
+    scores = score_text(model, tokenizer, texts, max_seq_length=16, batch_size=3)
+    for text, result in zip(texts, scores, strict=True):
+        ids = np.array([[CLS, *[int(word[1:]) for word in text.split()], SEP]])
+        disc = ref.encoder(
+            w, ids, np.ones_like(ids), np.zeros_like(ids),
+            **ref.structure(config.discriminator_config()),
+        )  # fmt: skip
+        expected = -ref.discriminator_logits(w, disc)[0, 1:-1]  # -E at the words only
+        assert result.text == text and result.tokens == text.split()
+        np.testing.assert_allclose(result.token_scores, expected, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(result.score, expected.sum(), atol=1e-5, rtol=1e-5)
+        assert not result.truncated
+    # One pass over a padded batch gives each text's own scores.
+    for text, batched in zip(texts, scores, strict=True):
+        (alone,) = score_text(model, tokenizer, [text])
+        np.testing.assert_allclose(alone.token_scores, batched.token_scores, atol=1e-5)
+    (cut,) = score_text(model, tokenizer, [texts[1]], max_seq_length=5)
+    assert cut.truncated and cut.tokens == ["w10", "w11", "w12"]
+    # The discriminator alone, loaded from the Electric model, scores the same.
+    discriminator = ElectraDiscriminator(config.discriminator_config())
+    discriminator(dummy_inputs())
+    for name, var in discriminator.variable_map().items():
+        var.assign(model.variable_map()[name])
+    for result, again in zip(scores, score_text(discriminator, tokenizer, texts), strict=True):
+        np.testing.assert_allclose(again.token_scores, result.token_scores, atol=1e-6)

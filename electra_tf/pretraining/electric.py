@@ -65,3 +65,29 @@ def electric_logits(
         "energies": energies,
         "log_q": log_q,
     }
+
+
+def pseudo_log_likelihoods(energies: tf.Tensor, scored: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Electric's likelihood scores: log p(x_t | x_\\t) ~= -E(x)_t for every token in ONE pass
+    (a masked LM needs a pass per token for its pseudo-log-likelihood).
+
+    Electric models p(x_t | x_\\t) = exp(-E(x)_t) / Z(x_\\t) and never computes Z: the NCE
+    objective's optimum has E = -log p_data(x_t | x_\\t) (the classifier above is then exact),
+    so -E is read as the log-probability itself. An approximation as good as that optimum.
+
+    Args:
+        energies: float [batch, seq_len], the discriminator head's output.
+        scored: bool [batch, seq_len], the tokens to score (e.g. real tokens other than [CLS]
+            and [SEP]: `masking.candidates_mask`).
+
+    Returns:
+        dict of float32 `token_scores` [batch, seq_len] (-E at scored tokens, 0 elsewhere),
+        `sentence_scores` [batch] (their sum) and `num_scored` [batch].
+    """
+    weights = tf.cast(scored, tf.float32)
+    token_scores = -tf.cast(energies, tf.float32) * weights  # [batch, seq_len]
+    return {
+        "token_scores": token_scores,
+        "sentence_scores": tf.reduce_sum(token_scores, axis=-1),
+        "num_scored": tf.reduce_sum(weights, axis=-1),
+    }
