@@ -238,7 +238,7 @@ def token_log_probs(logits, ids) -> np.ndarray:
 
 
 def nce_loss(energies, log_q, labels, input_mask, mask_prob) -> float:
-    """The Electric paper's NCE objective (section 3), per token, averaged over real tokens:
+    """The Electric paper's NCE objective, per token, averaged over real tokens:
     with k of n tokens noise, a token is data with probability
     (n - k) exp(-E) / ((n - k) exp(-E) + k q), and k / (n - k) = mask_prob / (1 - mask_prob).
     Loss: -log P(data) at data tokens (label 0), -log P(noise) at noise tokens (label 1)."""

@@ -383,6 +383,22 @@ def test_tiny_electric_training_runs_and_learns():
     assert np.mean(loss[-3:]) < 0.8 * np.mean(loss[:3]), loss
 
 
+def test_train_step_under_mixed_precision_and_xla():
+    # float16 compute with loss scaling (the causal bias and the cloze softmax in float16 /
+    # float32), and the float32 step compiled by XLA.
+    model = ElectraPretrainer(electric_config(precision="mixed_float16"), **SPECIAL_IDS)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
+    logs = model.train_step(tiny_batch())
+    assert np.isfinite(float(logs["loss"])) and np.isfinite(float(logs["cloze_loss"]))
+    model = ElectraPretrainer(electric_config(), **SPECIAL_IDS)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    step = tf.function(model.train_step, jit_compile=True)
+    batch = {k: tf.constant(v) for k, v in tiny_batch().items()}
+    first, second = float(step(batch)["loss"]), float(step(batch)["loss"])
+    assert np.isfinite(first) and np.isfinite(second) and first != second
+
+
 # ------------------------------------------------------------------------------ checkpoints
 def electric_original_shapes(vocab=50, emb=128, hidden=256, gen_hidden=64):
     """An original Electric checkpoint's variables, written out from run_pretraining.py: the

@@ -38,8 +38,11 @@ class TwoTowerClozeTransformer(ConfiguredLayer):
     (position i gets rtl(i + 1), which saw tokens > i). The shift wraps around, exactly as the
     original's `roll`: position 0's ltr half is the ltr output at the LAST position and the last
     position's rtl half is rtl(0), and both of those saw the whole sequence, position 0 / the
-    last position included. Those are [CLS] and [SEP]-or-padding, outside the cloze loss's
-    candidates, but Electric's energy adds log q at every real position, [CLS] included.
+    last position included. And because the original multiplies the padding mask and the
+    triangle, a padded rtl query (every key masked) attends to ALL keys alike: in a row with
+    padding, the last real token's rtl half (from the first padded position) sees every token,
+    itself included. Those positions are [CLS], [SEP] and padding, outside the cloze loss's
+    candidates, but Electric's energy adds log q at every real position, [CLS] and [SEP] too.
 
     Embeddings: with `embeddings` given (ELECTRA's tied setting) both towers read that block
     (`electra/embeddings`) and each projects it with its own `embeddings_project` when E != H;

@@ -34,18 +34,19 @@ def electric_logits(
 
     with E_t the discriminator head's output (the energy) and q the two-tower cloze model.
 
-    The paper's NCE classifier (section 3) scores data against k noise samples among n tokens:
-    P(data) = (n - k) exp(-E) / ((n - k) exp(-E) + k q). Its complement, P(noise), is
-    sigmoid(E + log q + log(k / (n - k))): this logit. Where the code and the paper differ, this
-    follows the code:
+    The paper's NCE classifier tells data from noise with p(x_t | x_\\t) = exp(-E) / Z and k
+    noise samples among n tokens: P(data) = (n - k) exp(-E) / ((n - k) exp(-E) + k q), Z taken
+    as 1. Its complement, P(noise), is sigmoid(E + log q + log(k / (n - k))): this logit.
+    Where the code and the paper differ, this follows the code:
     - k / (n - k) is the constant mask_prob / (1 - mask_prob), not each sequence's number of
       sampled positions over the rest (which rounding and duplicate positions change);
     - log q is the cloze model's log-probability of the discriminator's INPUT token given the
       clean, unmasked sequence (the one pass that also gave the samples), not given the noised
       context the discriminator sees; where no sample was written it is log q of the original;
     - it is added at every position ([CLS] and [SEP] count in the loss, which is over
-      input_mask), and at [CLS] and the last position the cloze features wrapped around (see
-      `TwoTowerClozeTransformer`).
+      input_mask), and there the cloze features saw the token they score: the shift wraps
+      around at [CLS], and a padded row's [SEP] gets the features of a padded query that
+      attends to every token (see `TwoTowerClozeTransformer`).
     The gradient of the discriminator loss does not reach the cloze model (stop_gradient):
     q is trained by its cloze loss only.
 
