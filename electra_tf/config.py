@@ -152,6 +152,10 @@ class PretrainingConfig:
 
     # Objective.
     electra_objective: bool = True  # False -> the BERT masked-LM baseline (no discriminator)
+    # Electric (Clark et al. 2020, energy-based cloze model): the discriminator's output is an
+    # energy scored against a two-tower cloze generator. Wins over electra_objective (the
+    # original tests it first wherever the two differ) and forces two_tower_generator.
+    electric_objective: bool = False
     gen_weight: float = 1.0
     disc_weight: float = 50.0
     mask_prob: float = 0.15
@@ -179,6 +183,9 @@ class PretrainingConfig:
 
     # Generator.
     uniform_generator: bool = False  # generator outputs a uniform distribution (ablation)
+    # The generator is a two-tower cloze model (left-to-right + right-to-left transformers on the
+    # unmasked input): Electric's generator; with the ELECTRA objective, an ablation.
+    two_tower_generator: bool = False
     untied_generator_embeddings: bool = False  # True: the generator has its own embeddings
     untied_generator: bool = True  # False: generator and discriminator share all weights
     generator_layers: float = 1.0  # fraction of discriminator layers
@@ -272,15 +279,14 @@ class PretrainingConfig:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
+        changes: dict[str, Any] = self._objective_changes()
         k = self.gradient_accumulation_steps
         if not isinstance(k, int) or k < 1 or self.train_batch_size % k:
             raise ConfigError(
                 f"gradient_accumulation_steps: {k!r} must be a positive integer that divides "
                 f"train_batch_size {self.train_batch_size}"
             )
-        changes: dict[str, Any] = {
-            "max_predictions_per_seq": int((self.mask_prob + 0.005) * self.max_seq_length)
-        }
+        changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
         if self.precision == "auto" or self.jit_compile == "auto":
             from electra_tf import device_defaults  # imports TensorFlow only when needed
 
@@ -289,6 +295,35 @@ class PretrainingConfig:
             if self.jit_compile == "auto":
                 changes["jit_compile"] = device_defaults.auto_jit_compile()
         return dataclasses.replace(self, **changes)
+
+    def _objective_changes(self) -> dict[str, Any]:
+        """Electric forces the two-tower generator (configure_pretraining.py); combinations
+        that the original's run_pretraining.py cannot build are errors naming the key."""
+        two_tower = self.two_tower_generator or self.electric_objective
+        if not two_tower:
+            return {}
+        why = "electric_objective" if self.electric_objective else "two_tower_generator"
+        if self.uniform_generator:
+            raise ConfigError(
+                f"uniform_generator: cannot be true with {why}, which needs the two-tower cloze "
+                "generator"
+            )
+        if not self.untied_generator:
+            raise ConfigError(
+                f"untied_generator: must be true with {why}: the two-tower cloze generator is "
+                "its own network, it cannot share the discriminator's weights"
+            )
+        if not self.has_discriminator:
+            raise ConfigError(
+                "two_tower_generator: needs electra_objective or electric_objective; the BERT "
+                "masked-LM baseline has no place for a cloze generator"
+            )
+        return {"two_tower_generator": True}
+
+    @property
+    def has_discriminator(self) -> bool:
+        """Whether there is a discriminator: ELECTRA or Electric (not the BERT baseline)."""
+        return self.electra_objective or self.electric_objective
 
     def discriminator_config(self) -> ModelConfig:
         """The discriminator's encoder config (the original's `get_bert_config`)."""
@@ -426,13 +461,21 @@ def pretraining_config(
 ) -> PretrainingConfig:
     """Defaults -> preset -> hparams -> derived values."""
     config = PretrainingConfig(model_name=model_name, data_dir=data_dir)
-    config = replace_checked(config, load_preset(preset), where=f"preset {preset}")
+    preset_values = load_preset(preset)
+    config = replace_checked(config, preset_values, where=f"preset {preset}")
     overrides = parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
     config = replace_checked(config, overrides, where="hparams")
     if config.debug:
         config = dataclasses.replace(config, **DEBUG_SETTINGS)
-        preset_values = load_preset(preset)
         config = replace_checked(config, {**preset_values, **overrides}, where="hparams")
+    explicit = {**preset_values, **overrides}
+    if config.electric_objective and explicit.get("two_tower_generator") is False:
+        # The original applies explicit values after forcing the two-tower generator, and then
+        # fails building the graph (Electric's energy needs the cloze model's log q).
+        raise ConfigError(
+            "two_tower_generator: false is set explicitly, but electric_objective needs the "
+            "two-tower cloze generator"
+        )
     return config.resolve()
 
 

@@ -63,8 +63,13 @@ def encoder(
     embeddings_scope: str = "electra",
     attention_probs: list | None = None,
     dropout=None,
+    direction: str = "bidirectional",
 ) -> np.ndarray:
     """BERT post-LN encoder. Returns [batch, seq_len, hidden].
+
+    `direction` "ltr" / "rtl" is the original BertModel's causal attention (Electric's towers):
+    query i may attend key j only if j <= i / j >= i, and a key that is padded OR out of the
+    triangle gets -10000 (once: the two 0/1 masks multiply before the bias is made).
 
     `dropout(x, kind)`, if given, is applied where the original applies dropout, in its order:
     the embeddings after their LayerNorm ("hidden", before any projection), then per layer
@@ -87,8 +92,15 @@ def encoder(
         x = dense(w, f"{scope}/embeddings_project", x)
     batch, seq_len, hidden = x.shape
     head = hidden // num_heads
-    # Padded keys only: every query row sees the same additive bias.
-    bias = (1.0 - input_mask[:, None, None, :].astype(np.float64)) * -10000.0
+    # Bidirectional: padded keys only, the same bias for every query row; causal: per query.
+    allowed = np.broadcast_to(
+        input_mask[:, None, None, :].astype(np.float64), (batch, 1, 1, seq_len)
+    )
+    if direction != "bidirectional":
+        query, key = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
+        triangle = (key <= query) if direction == "ltr" else (key >= query)
+        allowed = allowed * triangle[None, None].astype(np.float64)  # [batch, 1, seq, seq]
+    bias = (1.0 - allowed) * -10000.0
     for i in range(num_layers):
         p = f"{scope}/encoder/layer_{i}"
 
@@ -185,3 +197,55 @@ def scatter_update(sequence, updates, positions):
             out[b, pos] = total // counts[pos]
             mask[b, pos] = 1
     return out, mask
+
+
+# ------------------------------------------------------------------------------ Electric
+def roll(x: np.ndarray, direction: int) -> np.ndarray:
+    """run_pretraining.roll: the vectors of [batch, seq_len, depth] cycled along the sequence;
+    direction -1: out[:, i] = x[:, i - 1] (out[:, 0] = x[:, -1]); +1: out[:, i] = x[:, i + 1]."""
+    return np.take(x, (np.arange(x.shape[1]) - {-1: 1, 1: -1}[direction]) % x.shape[1], axis=1)
+
+
+def two_tower_features(
+    w: dict, input_ids, input_mask, segment_ids, untied_embeddings: bool = False, **structure
+) -> np.ndarray:
+    """Electric's cloze features: [roll(ltr, -1) | roll(rtl, +1)], [batch, seq_len, 2 * hidden].
+    With untied embeddings each tower reads its own `<tower>/embeddings` block."""
+    towers = []
+    for scope, direction, shift in (("generator_ltr", "ltr", -1), ("generator_rtl", "rtl", 1)):
+        emb = scope if untied_embeddings else "electra"
+        out = encoder(
+            w, input_ids, input_mask, segment_ids, **structure,
+            scope=scope, embeddings_scope=emb, direction=direction,
+        )  # fmt: skip
+        towers.append(roll(out, shift))
+    return np.concatenate(towers, axis=-1)
+
+
+def cloze_logits(w: dict, features, table_scope: str = "electra") -> np.ndarray:
+    """`cloze_predictions` (get_token_logits) at every position: [batch, seq_len, vocab], tied
+    to the ltr tower's word table."""
+    h = gelu(dense(w, "cloze_predictions/dense", features))
+    h = layer_norm(h, w["cloze_predictions/LayerNorm/gamma"], w["cloze_predictions/LayerNorm/beta"])
+    return h @ w[f"{table_scope}/embeddings/word_embeddings"].T + w["cloze_predictions/output_bias"]
+
+
+def token_log_probs(logits, ids) -> np.ndarray:
+    """log softmax(logits)[ids] per position: [batch, seq_len]."""
+    rows = np.arange(logits.shape[0])[:, None]
+    cols = np.arange(logits.shape[1])[None, :]
+    return log_softmax(logits)[rows, cols, ids]
+
+
+def nce_loss(energies, log_q, labels, input_mask, mask_prob) -> float:
+    """The Electric paper's NCE objective, per token, averaged over real tokens:
+    with k of n tokens noise, a token is data with probability
+    (n - k) exp(-E) / ((n - k) exp(-E) + k q), and k / (n - k) = mask_prob / (1 - mask_prob).
+    Loss: -log P(data) at data tokens (label 0), -log P(noise) at noise tokens (label 1)."""
+    data = (1 - mask_prob) * np.exp(-energies)
+    noise = mask_prob * np.exp(log_q)
+    per_token = np.where(
+        labels == 1, -np.log(noise / (data + noise)), -np.log(data / (data + noise))
+    )
+    m = input_mask.astype(np.float64)
+    return float((per_token * m).sum() / (m.sum() + 1e-6))

@@ -17,7 +17,7 @@ from electra_tf.pretraining.pretrainer import ElectraPretrainer
 BATCH = 8
 
 
-def _config(steps):
+def _config(steps, **extra):
     overrides = dict(
         tiny_config().model_hparam_overrides,
         hidden_dropout_prob=0.0,
@@ -29,11 +29,12 @@ def _config(steps):
         train_batch_size=BATCH,
         learning_rate=1e-3,
         num_warmup_steps=0,
+        **extra,
     )
 
 
-def _train(steps, batches, initial_weights=None):
-    config = _config(steps)
+def _train(steps, batches, initial_weights=None, **extra):
+    config = _config(steps, **extra)
     model = ElectraPretrainer(config, **SPECIAL_IDS)
     if initial_weights is not None:
         model.set_weights(initial_weights)
@@ -52,15 +53,18 @@ def _train(steps, batches, initial_weights=None):
     return weights, logs, final, change
 
 
-def test_accumulated_micro_batches_give_the_full_batch_update():
+@pytest.mark.parametrize("electric", [False, True], ids=["electra", "electric"])
+def test_accumulated_micro_batches_give_the_full_batch_update(electric):
     # Rows of different lengths: the micro-batches have different token and masked-slot
     # counts, so averaging per-micro-batch means would NOT give the batch loss; dividing by
-    # the whole batch's denominators does.
+    # the whole batch's denominators does (Electric's cloze loss: its candidate count).
     batches = [tiny_batch(batch=BATCH, seed=seed) for seed in (0, 1, 2)]
+    extra = {"electric_objective": True} if electric else {}
     with batch_split_invariant_objective():
-        weights, whole, whole_final, change = _train(1, batches)
-        _, accumulated, accumulated_final, _ = _train(4, batches, weights)
-    for name in ("loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"):
+        weights, whole, whole_final, change = _train(1, batches, **extra)
+        _, accumulated, accumulated_final, _ = _train(4, batches, weights, **extra)
+    names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
+    for name in names + (["cloze_loss"] if electric else []):
         np.testing.assert_allclose(
             [log[name] for log in accumulated],
             [log[name] for log in whole],

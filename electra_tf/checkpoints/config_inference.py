@@ -30,9 +30,14 @@ def _same_structure(a: ModelConfig, b: ModelConfig) -> bool:
 
 
 def config_from_models(
-    disc: ModelConfig, gen: ModelConfig | None, untied_embeddings: bool = False, where: str = ""
+    disc: ModelConfig,
+    gen: ModelConfig | None,
+    untied_embeddings: bool = False,
+    where: str = "",
+    electric: bool = False,
 ) -> PretrainingConfig:
-    """The PretrainingConfig whose discriminator/generator configs are `disc` and `gen`."""
+    """The PretrainingConfig whose discriminator/generator configs are `disc` and `gen`
+    (with `electric`, `gen` is each tower of Electric's two-tower generator)."""
     size = next((name for name, (h, _) in MODEL_SIZES.items() if h == disc.hidden_size), "small")
     overrides = {
         k: v for k, v in disc.to_dict().items() if k not in ("vocab_size", "embedding_size")
@@ -45,6 +50,8 @@ def config_from_models(
         "max_seq_length": min(PretrainingConfig.max_seq_length, disc.max_position_embeddings),
         "untied_generator_embeddings": untied_embeddings,
     }
+    if electric:
+        values["electric_objective"] = True
     if gen is not None:
         values["generator_hidden_size"] = gen.hidden_size / disc.hidden_size
         values["generator_layers"] = gen.num_hidden_layers / disc.num_hidden_layers
@@ -96,14 +103,31 @@ def _encoder_config(shapes: Mapping[str, tuple], scope: str, where: str) -> Mode
 
 def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> PretrainingConfig:
     """Infers the PretrainingConfig (E, H, L, heads = H/64, FFN, generator fractions, V,
-    max positions, type vocabulary, untied generator embeddings) from variable shapes."""
+    max positions, type vocabulary, untied generator embeddings) from variable shapes.
+
+    A two-tower generator (`generator_ltr/...`, `generator_rtl/...`) is read as Electric, the
+    objective the original built it for; the ELECTRA objective with a two-tower generator (an
+    ablation) has the same variables, and needs its config passed to be read as such.
+    """
     shapes = {k: tuple(v) for k, v in shapes.items()}
     disc = _encoder_config(shapes, "electra", where)
     if disc is None:
         raise CheckpointError(f"{where}: no electra/encoder/layer_* variables; not ELECTRA?")
     gen = _encoder_config(shapes, "generator", where)
-    untied = "generator/embeddings/word_embeddings" in shapes
-    config = config_from_models(disc, gen, untied, where)
+    towers = [_encoder_config(shapes, scope, where) for scope in ("generator_ltr", "generator_rtl")]
+    electric = any(tower is not None for tower in towers)
+    if electric:
+        ltr, rtl = towers
+        if gen is not None or ltr is None or rtl is None or not _same_structure(ltr, rtl):
+            raise CheckpointError(
+                f"{where}: a two-tower generator needs generator_ltr and generator_rtl of one "
+                f"structure and no generator/ encoder; found generator {gen}, ltr {ltr}, rtl {rtl}"
+            )
+        gen = ltr
+        untied = "generator_ltr/embeddings/word_embeddings" in shapes
+    else:
+        untied = "generator/embeddings/word_embeddings" in shapes
+    config = config_from_models(disc, gen, untied, where, electric=electric)
     if gen is None and "generator_predictions/output_bias" in shapes:
         # A masked-LM head without a generator encoder reads the `electra` encoder: either the
         # generator shares all weights, or there is no discriminator (the BERT baseline).

@@ -174,8 +174,18 @@ def save_weights(
 
 
 def _generator_names(names) -> bool:
-    """The generator's own variables, and the embeddings it reads (shared or its own)."""
-    return names.startswith(("generator/", "generator_predictions/", "electra/embeddings/"))
+    """The generator's own variables (an MLM or a two-tower one), and the embeddings it reads
+    (shared or its own)."""
+    return names.startswith(
+        (
+            "generator/",
+            "generator_predictions/",
+            "generator_ltr/",
+            "generator_rtl/",
+            "cloze_predictions/",
+            "electra/embeddings/",
+        )
+    )
 
 
 def check_complete(source: SourceWeights) -> tuple[str, object | None]:

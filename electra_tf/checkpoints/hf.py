@@ -408,7 +408,7 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
     """An HF export or model folder as neutral weights; the config from its config.json files."""
     # A generator folder on its own (ElectraForMaskedLM) is a masked LM: without a config
     # it is the original's BERT-objective model, which has exactly that network and head.
-    masked_lm = not config.electra_objective if config else set(folders(path)) == {GENERATOR}
+    masked_lm = not config.has_discriminator if config else set(folders(path)) == {GENERATOR}
     weights, configs, unused = read(path, masked_lm)
     if config is None:
         untied = "generator/embeddings/word_embeddings" in weights
@@ -422,7 +422,7 @@ def write_hf_files(
     """discriminator/ (when there is a discriminator) and generator/ (when there is a
     generator head) HF folders, configured from `config`."""
     configs = {}
-    masked_lm = not config.electra_objective
+    masked_lm = not config.has_discriminator
     if masked_lm:  # the BERT objective: its one network is the masked LM's
         configs[GENERATOR] = config.discriminator_config()
     if any(n.startswith("electra/encoder/") for n in weights) and not masked_lm:

@@ -30,7 +30,7 @@ def _names_in(
 def mapping_lines(source: SourceWeights, target_fmt: str, native_vars=None) -> list[str]:
     """The dry-run report: one line per tensor, then what is skipped or has no place."""
     native_vars = native_vars or {}
-    masked_lm = not source.config.electra_objective
+    masked_lm = not source.config.has_discriminator
     lines = []
     no_place = []
     for name in sorted(source.weights):

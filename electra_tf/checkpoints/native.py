@@ -23,7 +23,7 @@ from electra_tf.checkpoints.files import (
     resolve_prefix,
     write_state_file,
 )
-from electra_tf.checkpoints.weights import SourceWeights
+from electra_tf.checkpoints.weights import GENERATOR_HEAD_BIASES, SourceWeights
 from electra_tf.config import PretrainingConfig, save_config
 
 CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
@@ -66,7 +66,7 @@ def weights_kind(names, config: PretrainingConfig) -> str:
     """The native kind that holds these original names: the pretrainer when there is a
     generator head (or the config has no generator), else discriminator or encoder."""
     names = set(names)
-    if "generator_predictions/output_bias" in names:
+    if names.intersection(GENERATOR_HEAD_BIASES):
         return "pretrainer"
     if "discriminator_predictions/dense/kernel" in names:
         return "pretrainer" if config.uniform_generator else "discriminator"

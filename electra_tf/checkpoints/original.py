@@ -1,6 +1,7 @@
 """The original's checkpoints: TF1 name-based checkpoints as google-research/electra writes
 and releases them (`electra/...`, `generator/...`, heads, `global_step`, optional
-`adam_m`/`adam_v` slots), read and written under the original variable names.
+`adam_m`/`adam_v` slots; Electric's `generator_ltr/...`, `generator_rtl/...`,
+`cloze_predictions/...`), read and written under the original variable names.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ from electra_tf.config import PretrainingConfig
 ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 
-# Every pre-training variable name of ORIGINAL.md 5.1-5.3 (fine-tuning heads are `task_specific/`).
+# Every pre-training variable name of ORIGINAL.md 5.1-5.3, and of Electric's two-tower generator
+# (run_pretraining.py's `generator_ltr` / `generator_rtl` BertModels and `cloze_predictions`);
+# fine-tuning heads are `task_specific/`.
+_ENCODER_SCOPES = "(electra|generator|generator_ltr|generator_rtl)"
 _MODEL_VARIABLE = re.compile(
-    r"(electra|generator)/embeddings/"
+    rf"{_ENCODER_SCOPES}/embeddings/"
     r"(word_embeddings|position_embeddings|token_type_embeddings|LayerNorm/(gamma|beta))"
-    r"|(electra|generator)/embeddings_project/(kernel|bias)"
-    r"|(electra|generator)/encoder/layer_\d+/"
+    rf"|{_ENCODER_SCOPES}/embeddings_project/(kernel|bias)"
+    rf"|{_ENCODER_SCOPES}/encoder/layer_\d+/"
     r"((attention/self/(query|key|value)|attention/output/dense|intermediate/dense|output/dense)"
     r"/(kernel|bias)|(attention/output|output)/LayerNorm/(gamma|beta))"
     r"|discriminator_predictions/(dense|dense_1)/(kernel|bias)"
-    r"|generator_predictions/(dense/(kernel|bias)|LayerNorm/(gamma|beta)|output_bias)"
+    r"|(generator|cloze)_predictions/(dense/(kernel|bias)|LayerNorm/(gamma|beta)|output_bias)"
 )
 
 

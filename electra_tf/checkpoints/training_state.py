@@ -47,6 +47,7 @@ SHAPE_KEYS = (
     "max_seq_length",
     "electra_objective",
     "uniform_generator",
+    "two_tower_generator",
     "untied_generator_embeddings",
     "untied_generator",
     "generator_layers",
@@ -65,6 +66,7 @@ def _shape_signature(config: PretrainingConfig) -> dict[str, Any]:
         "generator": config.generator_config().to_dict(),
         "electra_objective": config.electra_objective,
         "uniform_generator": config.uniform_generator,
+        "two_tower_generator": config.two_tower_generator,
         "untied_generator_embeddings": config.untied_generator_embeddings,
         "loss_scaling": _uses_loss_scale(config),
     }

@@ -17,6 +17,9 @@ from electra_tf.config import PretrainingConfig
 
 _LOG = logging.getLogger(__name__)
 
+# The output bias of each kind of generator head: there is a generator iff one is present.
+GENERATOR_HEAD_BIASES = ("generator_predictions/output_bias", "cloze_predictions/output_bias")
+
 
 @dataclasses.dataclass
 class SourceWeights:
@@ -32,7 +35,8 @@ class SourceWeights:
 
     @property
     def has_generator(self) -> bool:
-        return "generator_predictions/output_bias" in self.weights
+        """A generator head: the masked-LM one, or Electric's two-tower cloze head."""
+        return any(name in self.weights for name in GENERATOR_HEAD_BIASES)
 
 
 @dataclasses.dataclass

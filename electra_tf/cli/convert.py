@@ -25,7 +25,13 @@ from electra_tf.config import ConfigError, PretrainingConfig
 # imports no TensorFlow, and checked equal by tests/test_reliability.py).
 FORMATS = ("native", "original", "hf")
 # Variable scopes that belong to the generator alone (the embeddings are the discriminator's).
-GENERATOR_SCOPES = ("generator/", "generator_predictions/")
+GENERATOR_SCOPES = (
+    "generator/",
+    "generator_predictions/",
+    "generator_ltr/",
+    "generator_rtl/",
+    "cloze_predictions/",
+)
 
 
 def _selected(source, float16: bool, discriminator_only: bool):

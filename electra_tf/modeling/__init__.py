@@ -1,11 +1,12 @@
-"""Keras layers of the ELECTRA networks: embeddings, transformer blocks, encoder, heads, and
-the discriminator on its own."""
+"""Keras layers of the ELECTRA networks: embeddings, transformer blocks, encoder, heads, the
+discriminator on its own, and Electric's two-tower cloze generator."""
 
 from electra_tf.modeling.discriminator import ElectraDiscriminator
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.encoder import TransformerEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
 from electra_tf.modeling.transformer import TransformerLayer
+from electra_tf.modeling.two_tower import TwoTowerClozeTransformer
 
 __all__ = [
     "DiscriminatorHead",
@@ -14,4 +15,5 @@ __all__ = [
     "GeneratorHead",
     "TransformerEncoder",
     "TransformerLayer",
+    "TwoTowerClozeTransformer",
 ]

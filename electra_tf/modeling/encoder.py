@@ -10,6 +10,9 @@ from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
 from electra_tf.modeling.utils import ConfiguredLayer, build_sublayer, dense_map, require_built
 
+# Which keys a query may attend to: every key, keys at or before it, keys at or after it.
+ATTENTION_DIRECTIONS = ("bidirectional", "ltr", "rtl")
+
 
 class TransformerEncoder(ConfiguredLayer):
     """Embeddings (+ `embeddings_project` when E != H) followed by L post-LN transformer blocks.
@@ -25,6 +28,8 @@ class TransformerEncoder(ConfiguredLayer):
             gets the discriminator's, so the whole embedding block is shared. Its width must be
             `config.embedding_width`.
         name: the Keras layer name.
+        attention_direction: "bidirectional" (BERT/ELECTRA), or the original's causal `ltr` /
+            `rtl` (Electric's cloze towers): query i sees keys j <= i / j >= i only.
 
     Call args:
         inputs: dict with int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
@@ -42,10 +47,17 @@ class TransformerEncoder(ConfiguredLayer):
         config: ModelConfig,
         embeddings: Embeddings | None = None,
         name: str = "transformer_encoder",
+        attention_direction: str = "bidirectional",
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
+        if attention_direction not in ATTENTION_DIRECTIONS:
+            raise ValueError(
+                f"{name}: attention_direction {attention_direction!r} is not one of "
+                f"{ATTENTION_DIRECTIONS}"
+            )
         self.config = config
+        self.attention_direction = attention_direction
         self.owns_embeddings = embeddings is None
         if embeddings is None:
             embeddings = Embeddings(config, dtype=self.dtype_policy)
@@ -87,6 +99,16 @@ class TransformerEncoder(ConfiguredLayer):
             hidden = self.embeddings_project(hidden)
         # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
         key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
+        if self.attention_direction != "bidirectional":
+            # As the original's BertModel(ltr/rtl): the 0/1 mask is the product of the padding
+            # mask and a triangle, so a padded key outside the triangle is still -10000, once.
+            seq_len = tf.shape(hidden)[1]
+            ones = tf.ones([seq_len, seq_len], hidden.dtype)
+            if self.attention_direction == "ltr":
+                causal = tf.linalg.band_part(ones, -1, 0)  # [seq_q, seq_k]: keys j <= i
+            else:
+                causal = tf.linalg.band_part(ones, 0, -1)  # [seq_q, seq_k]: keys j >= i
+            key_mask = key_mask * causal[tf.newaxis, tf.newaxis]  # [batch, 1, seq_q, seq_k]
         return embedding_output, hidden, (1.0 - key_mask) * -10000.0
 
     def attention_probs(self, inputs) -> list[tf.Tensor]:
@@ -107,6 +129,9 @@ class TransformerEncoder(ConfiguredLayer):
             "cls_output": hidden[:, 0],
             "embedding_output": embedding_output,
         }
+
+    def get_config(self):
+        return {**super().get_config(), "attention_direction": self.attention_direction}
 
     def variable_map(
         self, scope: str = "electra", include_embeddings: bool = True

@@ -1,5 +1,5 @@
-"""The two pre-training heads: the generator's tied masked-LM head and the discriminator's
-replaced-token-detection head."""
+"""The pre-training heads: the generator's tied masked-LM head (also Electric's cloze head) and
+the discriminator's replaced-token-detection head."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from electra_tf.modeling.utils import (
 
 
 class GeneratorHead(keras.layers.Layer):
-    """Masked-LM head tied to the input embeddings (the original's `generator_predictions`).
+    """Masked-LM head tied to the input embeddings (the original's `generator_predictions`,
+    and, with `positions=None`, Electric's `cloze_predictions`; both are `get_token_logits`).
 
     Gathers the generator's hidden states at the masked positions FIRST (so the vocabulary
     projection only runs on N slots, not L), then dense(E, gelu) -> LayerNorm ->
@@ -29,20 +30,26 @@ class GeneratorHead(keras.layers.Layer):
     Args:
         config: the generator's encoder config (hidden size in, embedding width out).
         embeddings: the `Embeddings` whose word table the output layer is tied to.
+        input_width: width of the features fed in; default `config.hidden_size` (the cloze
+            head gets the two towers' features concatenated, 2 x hidden).
 
     Call args:
-        sequence_output: float [batch, seq_len, generator_hidden].
-        positions: int [batch, num_masked] masked positions.
+        sequence_output: float [batch, seq_len, input_width].
+        positions: int [batch, num_masked] masked positions, or None for every position.
 
     Returns:
-        float logits [batch, num_masked, vocab] in the layer's compute dtype.
+        float logits [batch, num_masked, vocab] (or [batch, seq_len, vocab]) in the layer's
+        compute dtype.
     """
 
-    def __init__(self, config: ModelConfig, embeddings: Embeddings, **kwargs):
+    def __init__(
+        self, config: ModelConfig, embeddings: Embeddings, input_width: int | None = None, **kwargs
+    ):
         kwargs.setdefault("name", "generator_predictions")
         super().__init__(**kwargs)
         self.config = config
         self.embeddings = embeddings
+        self.input_width = input_width or config.hidden_size
         self.dense = keras.layers.Dense(
             config.embedding_width,
             activation=config.hidden_act,
@@ -56,24 +63,29 @@ class GeneratorHead(keras.layers.Layer):
     def build(self, input_shape=None):
         if self.built:
             return
-        build_sublayer(self.dense, [None, None, self.config.hidden_size])
+        build_sublayer(self.dense, [None, None, self.input_width])
         build_sublayer(self.layer_norm, [None, None, self.config.embedding_width])
         self.output_bias = self.add_weight(
             "output_bias", shape=[self.config.vocab_size], initializer="zeros"
         )
         super().build(input_shape)
 
-    def call(self, sequence_output, positions):
-        # [batch, num_masked, generator_hidden]
-        hidden = tf.gather(sequence_output, positions, batch_dims=1)
+    def call(self, sequence_output, positions=None):
+        hidden = sequence_output
+        if positions is not None:
+            # [batch, num_masked, input_width]
+            hidden = tf.gather(sequence_output, positions, batch_dims=1)
         hidden = self.layer_norm(self.dense(hidden))
         table = tf.cast(self.embeddings.word_embeddings, hidden.dtype)  # [vocab, width]
         logits = tf.einsum("bne,ve->bnv", hidden, table)  # [batch, num_masked, vocab]
         return logits + tf.cast(self.output_bias, logits.dtype)
 
-    def variable_map(self, scope: str = "generator_predictions") -> dict[str, tf.Variable]:
-        """The head's own variables; the tied table is listed by the encoder that owns it."""
+    def variable_map(self, scope: str | None = None) -> dict[str, tf.Variable]:
+        """The head's own variables under `scope` (default: the layer's name, i.e.
+        `generator_predictions` / `cloze_predictions`); the tied table is listed by the encoder
+        that owns it."""
         require_built(self)
+        scope = scope or self.name
         return {
             **dense_map(f"{scope}/dense", self.dense),
             **layer_norm_map(f"{scope}/LayerNorm", self.layer_norm),

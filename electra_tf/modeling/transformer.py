@@ -31,7 +31,8 @@ class TransformerLayer(ConfiguredLayer):
 
     Call args:
         hidden: float [batch, seq_len, hidden].
-        attention_bias: float [batch, 1, 1, seq_len], 0 for real keys and -10000 for padding.
+        attention_bias: float [batch, 1, 1, seq_len], 0 for real keys and -10000 for padding
+            (or [batch, 1, seq_len, seq_len] for causal attention, per query).
         training: enables dropout.
 
     Returns:

@@ -38,7 +38,8 @@ def weighted_mean(
 
 
 def masked_lm_losses(logits: tf.Tensor, target_ids: tf.Tensor) -> tf.Tensor:
-    """-log p(target) per slot: float32 [batch, num_masked] from logits [batch, num_masked, V]."""
+    """-log p(target) per slot: float32 [batch, num_masked] from logits [batch, num_masked, V]
+    (or per position, [batch, seq_len] from cloze logits [batch, seq_len, V])."""
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(target_ids, tf.int32), logits=tf.cast(logits, tf.float32)
     )
@@ -60,23 +61,40 @@ def electra_loss(
     input_mask: tf.Tensor | None,
     gen_weight: float = 1.0,
     disc_weight: float = 50.0,
-    denominators: tuple[tf.Tensor, tf.Tensor] | None = None,
+    denominators: tuple[tf.Tensor, ...] | None = None,
+    cloze: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
 ) -> dict[str, tf.Tensor]:
-    """total = gen_weight * masked-LM loss + disc_weight * replaced-token-detection loss.
+    """total = gen_weight * generator loss + disc_weight * replaced-token-detection loss.
 
-    Without discriminator inputs (the BERT baseline) the total is the weighted MLM loss only.
-    `denominators` (masked-LM weight sum, input-mask sum) of a larger batch make the losses
-    this part's share of that batch's losses (see `weighted_mean`).
+    The generator loss is the masked-LM loss, or with `cloze` (the two-tower generator) the
+    cloze loss: run_pretraining.py adds `cloze_output.loss if two_tower_generator else
+    mlm_output.loss`, and the masked-LM loss (the cloze logits at the masked slots) is then a
+    metric only. Without discriminator inputs (the BERT baseline) the total is the generator
+    loss only. `denominators` (masked-LM weight sum, input-mask sum[, cloze weight sum]) of a
+    larger batch make the losses this part's share of that batch's losses (see
+    `weighted_mean`).
+
+    Args:
+        cloze: (cloze logits [batch, seq_len, vocab], target ids [batch, seq_len] (the
+            unmasked input), weights [batch, seq_len] (the masking candidates)), or None.
 
     Returns:
         dict of scalar `loss`, `masked_lm_loss`, `disc_loss` (0 without a discriminator) and
-        per-element `masked_lm_losses` [batch, num_masked], `disc_losses` [batch, seq_len].
+        per-element `masked_lm_losses` [batch, num_masked], `disc_losses` [batch, seq_len]; with
+        `cloze`, also `cloze_loss` and `cloze_losses` [batch, seq_len].
     """
     mlm_losses = masked_lm_losses(mlm_logits, masked_lm_ids)
-    mlm_denominator, disc_denominator = denominators or (None, None)
+    mlm_denominator, disc_denominator, *cloze_denominator = denominators or (None, None, None)
     mlm_loss = weighted_mean(mlm_losses, masked_lm_weights, mlm_denominator)
     out = {"masked_lm_losses": mlm_losses, "masked_lm_loss": mlm_loss}
-    total = gen_weight * mlm_loss
+    generator_loss = mlm_loss
+    if cloze is not None:
+        cloze_logits, cloze_ids, cloze_weights = cloze
+        out["cloze_losses"] = masked_lm_losses(cloze_logits, cloze_ids)  # [batch, seq_len]
+        denominator = cloze_denominator[0] if cloze_denominator else None
+        out["cloze_loss"] = weighted_mean(out["cloze_losses"], cloze_weights, denominator)
+        generator_loss = out["cloze_loss"]
+    total = gen_weight * generator_loss
     disc_loss = tf.constant(0.0)
     if disc_logits is not None:
         out["disc_losses"] = replaced_token_losses(disc_logits, disc_labels)

@@ -32,10 +32,17 @@ class PretrainingMetrics:
     are accuracies weighted by the predictions / the labels; `disc_loss` averages per-sequence
     means, as the original's. The original computed AUC with
     padding counted as negatives scored 0; here padding is weighted out.
+
+    Args:
+        electra_objective: whether there is a discriminator (ELECTRA or Electric).
+        cloze: the two-tower generator; adds `cloze_loss` (ours: the generator's training loss,
+            which the original's metric_fn does not report), weighted by the candidates.
     """
 
-    def __init__(self, electra_objective: bool):
+    def __init__(self, electra_objective: bool, cloze: bool = False):
         names = ["loss", "masked_lm_loss", "masked_lm_accuracy"]
+        if cloze:
+            names.append("cloze_loss")
         if electra_objective:
             names += ["sampled_masked_lm_accuracy", "disc_loss"]
             names += ["disc_accuracy", "disc_precision", "disc_recall"]
@@ -62,6 +69,8 @@ class PretrainingMetrics:
         t["masked_lm_loss"].update_state(outputs["masked_lm_losses"], weights)
         predicted = tf.argmax(outputs["mlm_logits"], axis=-1, output_type=tf.int32)
         t["masked_lm_accuracy"].update_state(_equal(predicted, ids), weights)
+        if "cloze_loss" in t:
+            t["cloze_loss"].update_state(outputs["cloze_losses"], outputs["cloze_weights"])
         if "disc_logits" not in outputs:
             return
         t["sampled_masked_lm_accuracy"].update_state(_equal(outputs["sampled_ids"], ids), weights)

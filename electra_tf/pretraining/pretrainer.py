@@ -1,5 +1,6 @@
 """ElectraPretrainer: generator + discriminator trained jointly (the original's
-`run_pretraining.PretrainingModel`) as one tf_keras Model with a custom train step."""
+`run_pretraining.PretrainingModel`, ELECTRA and Electric) as one tf_keras Model with a custom
+train step."""
 
 from __future__ import annotations
 
@@ -7,12 +8,25 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import DiscriminatorHead, GeneratorHead, TransformerEncoder
+from electra_tf.modeling import (
+    DiscriminatorHead,
+    GeneratorHead,
+    TransformerEncoder,
+    TwoTowerClozeTransformer,
+)
 from electra_tf.modeling.utils import no_autograph
+from electra_tf.pretraining.electric import electric_logits
 from electra_tf.pretraining.losses import electra_loss, replica_sum
-from electra_tf.pretraining.masking import CLS_ID, MASK_ID, SEP_ID, mask_inputs, num_masked_slots
+from electra_tf.pretraining.masking import (
+    CLS_ID,
+    MASK_ID,
+    SEP_ID,
+    candidates_mask,
+    mask_inputs,
+    num_masked_slots,
+)
 from electra_tf.pretraining.metrics import PretrainingMetrics
-from electra_tf.pretraining.sampling import gumbel_sample, scatter_update
+from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
 
 
 class ElectraPretrainer(keras.Model):
@@ -24,7 +38,14 @@ class ElectraPretrainer(keras.Model):
     - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
     - `untied_generator=False`: generator and discriminator are the same network;
     - `uniform_generator`: no generator network; logits are zeros (uniform samples);
-    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator.
+    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator;
+    - `two_tower_generator` (forced by `electric_objective`): the generator is a two-tower
+      cloze model (`generator_ltr`, `generator_rtl`, head `cloze_predictions`) run on the
+      UNMASKED input; it is trained by the cloze loss over every masking candidate, and the
+      samples come from its logits at the masked slots;
+    - `electric_objective`: Electric. The discriminator's output is an energy; its logit is
+      energy + stop_gradient(log q(token)) + log(mask_prob / (1 - mask_prob)), q the cloze
+      model, and every scattered-into position is labelled fake (see `electric.py`).
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
@@ -44,7 +65,11 @@ class ElectraPretrainer(keras.Model):
         `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `mlm_logits`
         [batch, N, vocab], `masked_lm_losses` [batch, N]; and with the ELECTRA objective
         `sampled_ids` [batch, N], `fake_input_ids`, `disc_labels`, `disc_logits`, `disc_losses`
-        [batch, seq_len].
+        [batch, seq_len]. With the two-tower generator also `cloze_logits` [batch, seq_len,
+        vocab], `cloze_weights`, `cloze_losses` [batch, seq_len] and scalar `cloze_loss`; with
+        Electric also `energies` (the discriminator head's output, before the log q and prior
+        terms) and `log_q` (the cloze log-probability of each discriminator input token),
+        both [batch, seq_len].
     """
 
     def __init__(
@@ -71,11 +96,31 @@ class ElectraPretrainer(keras.Model):
         policy = self.dtype_policy
         disc_config = config.discriminator_config()
         self.discriminator = TransformerEncoder(disc_config, name="discriminator", dtype=policy)
+        # Validated by config.resolve(): the two-tower generator comes with an untied,
+        # non-uniform generator and a discriminator.
+        self.two_tower = config.two_tower_generator
         self.separate_generator = (
-            config.electra_objective and config.untied_generator and not config.uniform_generator
+            config.has_discriminator
+            and config.untied_generator
+            and not config.uniform_generator
+            and not self.two_tower
         )
+        self.cloze_head = None
         if config.uniform_generator:
             self.generator = None
+        elif self.two_tower:
+            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
+            self.generator = TwoTowerClozeTransformer(
+                config.generator_config(), shared, name="two_tower_cloze", dtype=policy
+            )
+            # The original's `get_token_logits` under `cloze_predictions`, tied to the ltr table.
+            self.cloze_head = GeneratorHead(
+                self.generator.config,
+                self.generator.embeddings,
+                input_width=self.generator.output_width,
+                name="cloze_predictions",
+                dtype=policy,
+            )
         elif self.separate_generator:
             shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
             self.generator = TransformerEncoder(
@@ -85,15 +130,15 @@ class ElectraPretrainer(keras.Model):
             # The original builds this "generator" in the discriminator's scope: same weights.
             self.generator = self.discriminator
         self.generator_head = None
-        if self.generator is not None:
+        if self.generator is not None and not self.two_tower:
             self.generator_head = GeneratorHead(
                 self.generator.config, self.generator.embeddings, dtype=policy
             )
         self.discriminator_head = None
-        if config.electra_objective:
+        if config.has_discriminator:
             self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
         self.rng = tf.random.Generator.from_seed(config.seed)
-        self._trackers = PretrainingMetrics(config.electra_objective)
+        self._trackers = PretrainingMetrics(config.has_discriminator, cloze=self.two_tower)
 
     def build_variables(self) -> ElectraPretrainer:
         """Every variable already exists after construction; kept for callers that ask."""
@@ -119,14 +164,30 @@ class ElectraPretrainer(keras.Model):
             with_replacement=config.mask_positions_with_replacement,
             **self.special_ids,
         )
-        mlm_logits = self._generator_logits(masked, input_mask, segment_ids, training)
-        outputs = {**masked, "mlm_logits": mlm_logits}
+        outputs = dict(masked)
+        cloze = None
+        if self.two_tower:
+            outputs.update(self._cloze_outputs(input_ids, input_mask, segment_ids, training))
+            cloze = (outputs["cloze_logits"], input_ids, outputs["cloze_weights"])
+            # [batch, N, vocab]: the cloze distributions at the masked slots are what the
+            # generator samples from (the original's mlm_output for the two-tower generator).
+            mlm_logits = gather_positions(outputs["cloze_logits"], masked["masked_lm_positions"])
+        else:
+            mlm_logits = self._generator_logits(masked, input_mask, segment_ids, training)
+        outputs["mlm_logits"] = mlm_logits
 
         disc_logits = disc_labels = None
-        if config.electra_objective:
+        if config.has_discriminator:
             outputs.update(
                 self._discriminate(
-                    mlm_logits, masked, input_ids, input_mask, segment_ids, seeds[:, 1], training
+                    mlm_logits,
+                    masked,
+                    input_ids,
+                    input_mask,
+                    segment_ids,
+                    seeds[:, 1],
+                    training,
+                    cloze_logits=outputs.get("cloze_logits"),
                 )
             )
             disc_logits, disc_labels = outputs["disc_logits"], outputs["disc_labels"]
@@ -141,9 +202,20 @@ class ElectraPretrainer(keras.Model):
                 gen_weight=config.gen_weight,
                 disc_weight=config.disc_weight,
                 denominators=denominators,
+                cloze=cloze,
             )
         )
         return outputs
+
+    def _cloze_outputs(self, input_ids, input_mask, segment_ids, training):
+        """The two-tower generator on the UNMASKED input (`_get_cloze_outputs`): float32
+        `cloze_logits` [batch, seq_len, vocab] at every position, and `cloze_weights`
+        [batch, seq_len], the positions its loss covers (the masking candidates)."""
+        inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+        features = self.generator(inputs, training=training)  # [batch, seq_len, 2 * hidden]
+        logits = tf.cast(self.cloze_head(features), tf.float32)  # [batch, seq_len, vocab]
+        weights = candidates_mask(input_ids, input_mask, **self.special_ids)  # [batch, seq_len]
+        return {"cloze_logits": logits, "cloze_weights": tf.cast(weights, tf.float32)}
 
     def _generator_logits(self, masked, input_mask, segment_ids, training):
         """float32 [batch, N, vocab]: the generator's MLM logits at the masked positions."""
@@ -162,9 +234,20 @@ class ElectraPretrainer(keras.Model):
             mlm_logits = self.generator_head(hidden, masked["masked_lm_positions"])
         return tf.cast(mlm_logits, tf.float32)
 
-    def _discriminate(self, mlm_logits, masked, input_ids, input_mask, segment_ids, seed, training):
+    def _discriminate(
+        self,
+        mlm_logits,
+        masked,
+        input_ids,
+        input_mask,
+        segment_ids,
+        seed,
+        training,
+        cloze_logits=None,
+    ):
         """Samples replacements from the generator and runs the discriminator on the result:
-        `sampled_ids`, `fake_input_ids`, `disc_labels` (1 = replaced), `disc_logits`."""
+        `sampled_ids`, `fake_input_ids`, `disc_labels` (1 = replaced), `disc_logits`; with
+        Electric also `energies` and `log_q` (see `electric.electric_logits`)."""
         config = self.config
         positions = masked["masked_lm_positions"]
         # Sampling is outside the gradient path: the generator learns by MLM only.
@@ -177,7 +260,13 @@ class ElectraPretrainer(keras.Model):
         # All slots get a sample, the 15% left visible too; duplicate positions get the
         # floor-average of their samples, as the original.
         fake_ids, updated = scatter_update(input_ids, sampled, positions)
-        disc_labels = updated * tf.cast(tf.not_equal(fake_ids, input_ids), tf.int32)
+        if config.electric_objective:
+            # Every position a sample was written to is a noise sample, also where it happens
+            # to equal the original token: in NCE the label says which distribution a token
+            # came from, not whether it differs.
+            disc_labels = updated
+        else:
+            disc_labels = updated * tf.cast(tf.not_equal(fake_ids, input_ids), tf.int32)
         disc_inputs = {
             "input_ids": fake_ids,
             "input_mask": input_mask,
@@ -185,12 +274,15 @@ class ElectraPretrainer(keras.Model):
         }
         hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
         disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
-        return {
+        outputs = {
             "sampled_ids": sampled,
             "fake_input_ids": fake_ids,
             "disc_labels": disc_labels,
             "disc_logits": disc_logits,
         }
+        if config.electric_objective:
+            outputs.update(electric_logits(disc_logits, cloze_logits, fake_ids, config.mask_prob))
+        return outputs
 
     # ------------------------------------------------------------------ training
     @property
@@ -272,6 +364,12 @@ class ElectraPretrainer(keras.Model):
             ),
             replica_sum(tf.reduce_sum(tf.cast(inputs["input_mask"], tf.float32))),
         )
+        if self.two_tower:
+            # The cloze loss's denominator: the whole batch's masking candidates.
+            candidates = candidates_mask(
+                inputs["input_ids"], inputs["input_mask"], **self.special_ids
+            )
+            denominators += (replica_sum(tf.reduce_sum(tf.cast(candidates, tf.float32))),)
         # [steps, batch / steps, ...] per feature.
         micro = {
             key: tf.reshape(value, tf.concat([[steps, batch // steps], tf.shape(value)[1:]], 0))
@@ -314,8 +412,11 @@ class ElectraPretrainer(keras.Model):
                     "generator", include_embeddings=self.config.untied_generator_embeddings
                 )
             )
+        if self.two_tower:
+            names.update(self.generator.variable_map())  # generator_ltr/..., generator_rtl/...
+            names.update(self.cloze_head.variable_map("cloze_predictions"))
         if self.generator_head is not None:
-            names.update(self.generator_head.variable_map())
+            names.update(self.generator_head.variable_map("generator_predictions"))
         if self.discriminator_head is not None:
             names.update(self.discriminator_head.variable_map())
         return names
