@@ -9,9 +9,9 @@ import tf_keras as keras
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import DiscriminatorHead, GeneratorHead, TransformerEncoder
 from electra_tf.modeling.utils import no_autograph
+from electra_tf.pretraining import ablations
 from electra_tf.pretraining.losses import electra_loss, replica_sum
 from electra_tf.pretraining.masking import CLS_ID, MASK_ID, SEP_ID, mask_inputs, num_masked_slots
-from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.sampling import gumbel_sample, scatter_update
 
 
@@ -24,7 +24,11 @@ class ElectraPretrainer(keras.Model):
     - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
     - `untied_generator=False`: generator and discriminator are the same network;
     - `uniform_generator`: no generator network; logits are zeros (uniform samples);
-    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator.
+    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator;
+    - `objective_variant` (the paper's ablations, see `ablations.py`): "electra_15" weights the
+      replaced-token loss by the generator's positions; "replace_mlm" / "all_tokens_mlm"
+      replace the replaced-token head by masked-LM heads on the corrupted input
+      (`mlm_predictions`, and the copy gate `copy_predictions`).
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
@@ -44,7 +48,9 @@ class ElectraPretrainer(keras.Model):
         `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `mlm_logits`
         [batch, N, vocab], `masked_lm_losses` [batch, N]; and with the ELECTRA objective
         `sampled_ids` [batch, N], `fake_input_ids`, `disc_labels`, `disc_logits`, `disc_losses`
-        [batch, seq_len].
+        [batch, seq_len]. With "replace_mlm" / "all_tokens_mlm" no `disc_*` tensors but
+        `corrupted_mlm_logits`, (all tokens) `copy_logits` and the `corrupted_mlm_*` of
+        `ablations.corrupted_mlm_loss`.
     """
 
     def __init__(
@@ -89,11 +95,15 @@ class ElectraPretrainer(keras.Model):
             self.generator_head = GeneratorHead(
                 self.generator.config, self.generator.embeddings, dtype=policy
             )
+        # Replace MLM / All-Tokens MLM: masked-LM heads where the replaced-token head would be.
+        self.corrupted_mlm_head = ablations.build_corrupted_mlm_head(
+            config, disc_config, self.discriminator.embeddings, policy
+        )
         self.discriminator_head = None
-        if config.electra_objective:
+        if config.electra_objective and self.corrupted_mlm_head is None:
             self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
         self.rng = tf.random.Generator.from_seed(config.seed)
-        self._trackers = PretrainingMetrics(config.electra_objective)
+        self._trackers = ablations.pretraining_metrics(config)
 
     def build_variables(self) -> ElectraPretrainer:
         """Every variable already exists after construction; kept for callers that ask."""
@@ -129,7 +139,10 @@ class ElectraPretrainer(keras.Model):
                     mlm_logits, masked, input_ids, input_mask, segment_ids, seeds[:, 1], training
                 )
             )
-            disc_logits, disc_labels = outputs["disc_logits"], outputs["disc_labels"]
+            disc_logits, disc_labels = outputs.get("disc_logits"), outputs.get("disc_labels")
+        disc_weights, disc_denominators = ablations.discriminator_weighting(
+            config, masked["masked_lm_positions"], input_mask, denominators
+        )
         outputs.update(
             electra_loss(
                 mlm_logits,
@@ -137,12 +150,16 @@ class ElectraPretrainer(keras.Model):
                 masked["masked_lm_weights"],
                 disc_logits,
                 disc_labels,
-                input_mask,
+                disc_weights,
                 gen_weight=config.gen_weight,
                 disc_weight=config.disc_weight,
-                denominators=denominators,
+                denominators=disc_denominators,
             )
         )
+        if self.corrupted_mlm_head is not None:
+            outputs.update(
+                ablations.corrupted_mlm_loss(config, outputs, input_ids, input_mask, denominators)
+            )
         return outputs
 
     def _generator_logits(self, masked, input_mask, segment_ids, training):
@@ -184,6 +201,10 @@ class ElectraPretrainer(keras.Model):
             "segment_ids": segment_ids,
         }
         hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
+        if self.corrupted_mlm_head is not None:
+            # Replace MLM / All-Tokens MLM: the network is a masked LM on the corrupted input.
+            heads = self.corrupted_mlm_head(hidden, positions)
+            return {"sampled_ids": sampled, "fake_input_ids": fake_ids, **heads}
         disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
         return {
             "sampled_ids": sampled,
@@ -318,6 +339,8 @@ class ElectraPretrainer(keras.Model):
             names.update(self.generator_head.variable_map())
         if self.discriminator_head is not None:
             names.update(self.discriminator_head.variable_map())
+        if self.corrupted_mlm_head is not None:
+            names.update(self.corrupted_mlm_head.variable_map())
         return names
 
     def get_config(self):
