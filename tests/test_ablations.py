@@ -1,5 +1,5 @@
 """The paper's ablations (Section 3.2, Table 5; `objective_variant`) against NumPy
-re-derivations, their config rules and presets, tiny runs."""
+re-derivations, their config rules, tiny runs, and the generator-size / weight-sharing studies."""
 
 import json
 import os
@@ -440,3 +440,64 @@ def test_ablation_presets_are_all_tested():
     assert sorted(f[: -len(".json")] for f in files if f.endswith(".json")) == sorted(
         ABLATION_PRESETS
     )
+
+
+# ---------------------------------------------------------------------- generator size, weight sharing
+@pytest.mark.parametrize("fraction, width", [(0.25, 8), (0.5, 16), (1.0, 32)])
+def test_generator_size_sweep_builds_and_runs(fraction, width):
+    # The paper's Figure 3 study: generator width as a fraction of the discriminator's (H 32,
+    # E 16 here). The generator projects the shared 16-wide embeddings only when Hg != 16.
+    config = tiny_config(generator_hidden_size=fraction)
+    assert config.generator_config().hidden_size == width
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    shapes = {k: v.shape.as_list() for k, v in model.variable_map().items()}
+    assert shapes["generator/encoder/layer_0/attention/self/query/kernel"] == [width, width]
+    assert shapes["generator/encoder/layer_1/intermediate/dense/kernel"] == [width, 4 * width]
+    assert shapes["generator_predictions/dense/kernel"] == [width, 16]
+    assert ("generator/embeddings_project/kernel" in shapes) == (width != 16)
+    assert shapes["electra/encoder/layer_0/attention/self/query/kernel"] == [32, 32]
+    assert np.isfinite(float(model(tiny_batch())["loss"]))
+    # The same fractions of the paper's ELECTRA-Small (256 wide): 64, 128, 256.
+    small = pretraining_config(preset="small", hparams={"generator_hidden_size": fraction})
+    assert small.generator_config().hidden_size == int(256 * fraction)
+
+
+EMBEDDING_NAMES = {
+    "word_embeddings",
+    "position_embeddings",
+    "token_type_embeddings",
+    "LayerNorm/gamma",
+    "LayerNorm/beta",
+}
+
+
+@pytest.mark.parametrize("tying", ["none", "token_embeddings", "all"])
+def test_weight_sharing_settings_build_the_papers_variable_sets(tying):
+    # The paper's weight-sharing study, generator and discriminator the same size: no tying
+    # (untied_generator_embeddings), the embeddings only (the default) or all weights
+    # (untied_generator false, one network).
+    overrides = {
+        "none": {"untied_generator_embeddings": True},
+        "token_embeddings": {},
+        "all": {"untied_generator": False},
+    }[tying]
+    model = ElectraPretrainer(tiny_config(generator_hidden_size=1.0, **overrides), **SPECIAL_IDS)
+    generator = {id(v): v for v in model.generator.trainable_variables}
+    discriminator = {id(v): v for v in model.discriminator.trainable_variables}
+    names = {id(v): n for n, v in model.variable_map().items()}
+    shared = {names[i] for i in set(generator) & set(discriminator)}
+    if tying == "none":
+        assert shared == set()
+        assert {names[i] for i in generator} >= {
+            f"generator/embeddings/{n}" for n in EMBEDDING_NAMES
+        }
+    elif tying == "token_embeddings":
+        assert shared == {f"electra/embeddings/{n}" for n in EMBEDDING_NAMES}
+        # Each tower projects the 16-wide embeddings to its own 32 with its own layer.
+        assert "generator/embeddings_project/kernel" in set(names.values())
+    else:
+        assert model.generator is model.discriminator and set(generator) == set(discriminator)
+        assert not any(n.startswith("generator/") for n in names.values())
+    # The generator's output layer is tied to the word table its own input reads.
+    assert model.generator_head.embeddings is model.generator.embeddings
+    assert np.isfinite(float(model(tiny_batch())["loss"]))
