@@ -24,15 +24,18 @@ class ElectraPretrainer(keras.Model):
     - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
     - `untied_generator=False`: generator and discriminator are the same network;
     - `uniform_generator`: no generator network; logits are zeros (uniform samples);
-    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator;
-    - `objective_variant` (the paper's ablations, see `ablations.py`): "electra_15" weights the
-      replaced-token loss by the generator's positions; "replace_mlm" / "all_tokens_mlm"
-      replace the replaced-token head by masked-LM heads on the corrupted input
-      (`mlm_predictions`, and the copy gate `copy_predictions`).
+    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator.
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
     model, so a resumed run continues the same stream. Dropout uses Keras's own RNG.
+
+    The paper's objective ablations (`objective_variant`, see `ablations.py`): "electra_15"
+    weights the replaced-token loss and metrics by the generator's positions; "replace_mlm" /
+    "all_tokens_mlm" put masked-LM heads on the corrupted input where the replaced-token head
+    was (`mlm_predictions`, and the copy gate `copy_predictions`); their outputs have no
+    `disc_logits` / `disc_labels` / `disc_losses` but `corrupted_mlm_logits`, (all tokens)
+    `copy_logits`, and the `corrupted_mlm_*` of `ablations.corrupted_mlm_loss`.
 
     Args:
         config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
@@ -48,9 +51,7 @@ class ElectraPretrainer(keras.Model):
         `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`, `mlm_logits`
         [batch, N, vocab], `masked_lm_losses` [batch, N]; and with the ELECTRA objective
         `sampled_ids` [batch, N], `fake_input_ids`, `disc_labels`, `disc_logits`, `disc_losses`
-        [batch, seq_len]. With "replace_mlm" / "all_tokens_mlm" no `disc_*` tensors but
-        `corrupted_mlm_logits`, (all tokens) `copy_logits` and the `corrupted_mlm_*` of
-        `ablations.corrupted_mlm_loss`.
+        [batch, seq_len].
     """
 
     def __init__(
