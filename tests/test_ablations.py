@@ -501,3 +501,32 @@ def test_weight_sharing_settings_build_the_papers_variable_sets(tying):
     # The generator's output layer is tied to the word table its own input reads.
     assert model.generator_head.embeddings is model.generator.embeddings
     assert np.isfinite(float(model(tiny_batch())["loss"]))
+
+
+# ---------------------------------------------------------------------- the command
+def test_the_pretraining_command_runs_a_variant_and_refuses_to_resume_it_as_another(
+    tmp_path, capsys
+):
+    # The real loop (optimizer, checkpoints, console line), the ablation file as the user
+    # passes it (`--hparams` over a size preset), then a resume with another variant.
+    from pretrain_harness import hparams, write_corpus
+
+    from electra_tf.cli import pretrain
+
+    data = write_corpus(tmp_path / "data")
+    argv = ["--data-dir", str(data), "--model-name", "m", "--preset", "tiny", "--hparams"]
+    code = pretrain.main([*argv, hparams(num_train_steps=4, **_preset("all_tokens_mlm"))])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    line = [x for x in out.splitlines() if x.startswith("step 4/4")][0]
+    assert "all_tokens_mlm_accuracy " in line and "disc_auc" not in line, line
+    saved = json.loads((data / "models" / "m" / "config.json").read_text())
+    assert (saved["objective_variant"], saved["disc_weight"]) == ("all_tokens_mlm", 1.0)
+    assert tf.train.latest_checkpoint(str(data / "models" / "m")).endswith("ckpt-4")
+
+    code = pretrain.main([*argv, hparams(num_train_steps=6, **_preset("replace_mlm"))])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "objective_variant: saved 'all_tokens_mlm', now 'replace_mlm'" in (
+        captured.out + captured.err
+    )
