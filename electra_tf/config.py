@@ -23,6 +23,13 @@ CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 # Hidden size and depth per model size, as the original's `training_utils.get_bert_config`.
 MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 
+# `PretrainingConfig.objective_variant`: ELECTRA and the paper's Table 5 ablations (Clark et al.
+# 2020, Section 3.2), each on ELECTRA's pipeline (mask -> generator -> sample -> full-size
+# network on the corrupted input). The last two train the full-size network as a masked LM
+# instead of a replaced-token detector.
+OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
+MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
+
 
 class ConfigError(ValueError):
     """A bad configuration key or value; the message names the key."""
@@ -103,6 +110,48 @@ def check_model_overrides(overrides: Mapping[str, Any], where: str) -> None:
         positive=("initializer_range",),
         probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
     )
+
+
+def check_objective_variant(config: PretrainingConfig) -> None:
+    """`objective_variant`: a known name, and only in combinations that mean something."""
+    variant = config.objective_variant
+    if variant not in OBJECTIVE_VARIANTS:
+        hint = closest_key(variant, list(OBJECTIVE_VARIANTS))
+        suggestion = f"; did you mean {hint!r}?" if hint else ""
+        raise ConfigError(
+            f"objective_variant: {variant!r} is not one of {', '.join(OBJECTIVE_VARIANTS)}"
+            f"{suggestion}"
+        )
+    if variant == "electra":
+        return
+    if config.electric_objective:
+        raise ConfigError(
+            f"objective_variant: {variant!r} is an ELECTRA ablation; with electric_objective "
+            'true it must be "electra"'
+        )
+    if not config.electra_objective:
+        raise ConfigError(
+            f"objective_variant: {variant!r} needs electra_objective true (every variant "
+            "corrupts the input with generator samples); the BERT masked-LM baseline is "
+            'electra_objective false with objective_variant "electra"'
+        )
+    if variant in MASKED_LM_VARIANTS and not config.untied_generator:
+        raise ConfigError(
+            f"untied_generator: must be true with objective_variant {variant!r}: its samples "
+            "come from a separate generator network, not from the masked LM being trained"
+        )
+    if (
+        variant == "electra_15"
+        and config.gradient_accumulation_steps > 1
+        and config.mask_positions_with_replacement
+    ):
+        # Positions drawn with replacement repeat at random, so how many distinct positions
+        # the loss averages over is known only after every micro-batch is masked.
+        raise ConfigError(
+            "gradient_accumulation_steps: > 1 with objective_variant 'electra_15' needs "
+            "mask_positions_with_replacement false (the loss denominator, the number of "
+            "distinct masked positions, must be known before the micro-batches run)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +255,20 @@ class PretrainingConfig:
     # Masking: the original draws positions with replacement (duplicates get a floor-averaged
     # token id, original issue #41). False draws them without replacement (the suggested fix).
     mask_positions_with_replacement: bool = True
+    # What the full-size network learns from the generator-corrupted input (one of
+    # OBJECTIVE_VARIANTS; the paper's Table 5 ablations, which the original never released):
+    #   "electra": replaced-token detection over every real token (the original);
+    #   "electra_15": the same detector, its loss and metrics only over the positions that went
+    #     through the generator (the masked-out ~15%);
+    #   "replace_mlm": no detector; the network is a masked LM whose masked-out positions hold
+    #     generator samples instead of [MASK], predicting the original tokens there;
+    #   "all_tokens_mlm": like replace_mlm, predicting the original token at EVERY real
+    #     position through a copy mechanism (see pretraining/ablations.py).
+    # Non-default values need electra_objective true (the BERT baseline stays "electra"); the
+    # masked-LM variants need untied_generator true. disc_weight weighs the full-size network's
+    # loss whatever it is: configs/ablations/ sets it to 1.0 for the masked-LM variants, whose
+    # loss is a cross-entropy on the generator's scale.
+    objective_variant: str = "electra"
     seed: int = 0
     # "auto" is resolved by resolve() for the machine (electra_tf/device_defaults.py): on CPU,
     # mixed_bfloat16 where it has native bf16 (AVX512_BF16/AMX) else float32, and no XLA.
@@ -275,6 +338,7 @@ class PretrainingConfig:
             raise ConfigError(f'jit_compile: {self.jit_compile!r} is not true, false or "auto"')
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
+        check_objective_variant(self)
         if self.do_train == self.do_eval:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from electra_tf.checkpoints.files import CONFIG_FILE, write_state_file
 from electra_tf.checkpoints.native import CHECKPOINT_PREFIX
-from electra_tf.config import ConfigError, PretrainingConfig, save_config
+from electra_tf.config import MASKED_LM_VARIANTS, ConfigError, PretrainingConfig, save_config
 
 # A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
 _CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)?$")
@@ -52,6 +52,7 @@ SHAPE_KEYS = (
     "untied_generator",
     "generator_layers",
     "generator_hidden_size",
+    "objective_variant",
 )
 
 
@@ -69,6 +70,11 @@ def _shape_signature(config: PretrainingConfig) -> dict[str, Any]:
         "two_tower_generator": config.two_tower_generator,
         "untied_generator_embeddings": config.untied_generator_embeddings,
         "loss_scaling": _uses_loss_scale(config),
+        # The masked-LM variants swap the replaced-token head for their own heads ("electra"
+        # and "electra_15" have the same variables: no difference here).
+        "masked_lm_variant": (
+            config.objective_variant if config.objective_variant in MASKED_LM_VARIANTS else None
+        ),
     }
 
 

@@ -15,6 +15,7 @@ from electra_tf.modeling import (
     TwoTowerClozeTransformer,
 )
 from electra_tf.modeling.utils import no_autograph
+from electra_tf.pretraining import ablations
 from electra_tf.pretraining.electric import electric_logits
 from electra_tf.pretraining.losses import electra_loss, replica_sum
 from electra_tf.pretraining.masking import (
@@ -25,7 +26,6 @@ from electra_tf.pretraining.masking import (
     mask_inputs,
     num_masked_slots,
 )
-from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
 
 
@@ -50,6 +50,13 @@ class ElectraPretrainer(keras.Model):
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
     model, so a resumed run continues the same stream. Dropout uses Keras's own RNG.
+
+    The paper's objective ablations (`objective_variant`, see `ablations.py`): "electra_15"
+    weights the replaced-token loss and metrics by the generator's positions; "replace_mlm" /
+    "all_tokens_mlm" put masked-LM heads on the corrupted input where the replaced-token head
+    was (`mlm_predictions`, and the copy gate `copy_predictions`); their outputs have no
+    `disc_logits` / `disc_labels` / `disc_losses` but `corrupted_mlm_logits`, (all tokens)
+    `copy_logits`, and the `corrupted_mlm_*` of `ablations.corrupted_mlm_loss`.
 
     Args:
         config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
@@ -134,11 +141,15 @@ class ElectraPretrainer(keras.Model):
             self.generator_head = GeneratorHead(
                 self.generator.config, self.generator.embeddings, dtype=policy
             )
+        # Replace MLM / All-Tokens MLM: masked-LM heads where the replaced-token head would be.
+        self.corrupted_mlm_head = ablations.build_corrupted_mlm_head(
+            config, disc_config, self.discriminator.embeddings, policy
+        )
         self.discriminator_head = None
-        if config.has_discriminator:
+        if config.has_discriminator and self.corrupted_mlm_head is None:
             self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
         self.rng = tf.random.Generator.from_seed(config.seed)
-        self._trackers = PretrainingMetrics(config.has_discriminator, cloze=self.two_tower)
+        self._trackers = ablations.pretraining_metrics(config)
 
     def build_variables(self) -> ElectraPretrainer:
         """Every variable already exists after construction; kept for callers that ask."""
@@ -190,7 +201,10 @@ class ElectraPretrainer(keras.Model):
                     cloze_logits=outputs.get("cloze_logits"),
                 )
             )
-            disc_logits, disc_labels = outputs["disc_logits"], outputs["disc_labels"]
+            disc_logits, disc_labels = outputs.get("disc_logits"), outputs.get("disc_labels")
+        disc_weights, disc_denominators = ablations.discriminator_weighting(
+            config, masked["masked_lm_positions"], input_mask, denominators
+        )
         outputs.update(
             electra_loss(
                 mlm_logits,
@@ -198,13 +212,17 @@ class ElectraPretrainer(keras.Model):
                 masked["masked_lm_weights"],
                 disc_logits,
                 disc_labels,
-                input_mask,
+                disc_weights,
                 gen_weight=config.gen_weight,
                 disc_weight=config.disc_weight,
-                denominators=denominators,
+                denominators=disc_denominators,
                 cloze=cloze,
             )
         )
+        if self.corrupted_mlm_head is not None:
+            outputs.update(
+                ablations.corrupted_mlm_loss(config, outputs, input_ids, input_mask, denominators)
+            )
         return outputs
 
     def _cloze_outputs(self, input_ids, input_mask, segment_ids, training):
@@ -273,6 +291,10 @@ class ElectraPretrainer(keras.Model):
             "segment_ids": segment_ids,
         }
         hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
+        if self.corrupted_mlm_head is not None:
+            # Replace MLM / All-Tokens MLM: the network is a masked LM on the corrupted input.
+            heads = self.corrupted_mlm_head(hidden, positions)
+            return {"sampled_ids": sampled, "fake_input_ids": fake_ids, **heads}
         disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
         outputs = {
             "sampled_ids": sampled,
@@ -419,6 +441,8 @@ class ElectraPretrainer(keras.Model):
             names.update(self.generator_head.variable_map("generator_predictions"))
         if self.discriminator_head is not None:
             names.update(self.discriminator_head.variable_map())
+        if self.corrupted_mlm_head is not None:
+            names.update(self.corrupted_mlm_head.variable_map())
         return names
 
     def get_config(self):

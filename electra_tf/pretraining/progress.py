@@ -16,7 +16,14 @@ from typing import TextIO
 import tensorflow as tf
 
 # Metrics on the console line, in this order (TensorBoard gets every metric).
-CONSOLE_METRICS = ("loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
+CONSOLE_METRICS = (
+    "loss",
+    "masked_lm_accuracy",
+    "disc_accuracy",
+    "disc_auc",
+    "replace_mlm_accuracy",  # objective_variant "replace_mlm"
+    "all_tokens_mlm_accuracy",  # objective_variant "all_tokens_mlm"
+)
 
 
 def format_duration(seconds: float) -> str:
