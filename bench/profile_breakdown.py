@@ -316,15 +316,18 @@ def breakdown(
         {"op": pattern, "ms_per_step": seconds * ms, "share_of_busy": share(seconds, busy_s)}
         for pattern, seconds in sorted(other.items(), key=lambda kv: -kv[1])[:top]
     ]
-    top_ops = [
+    # Every op, slowest first, with its category and shapes: the JSON's record for auditing
+    # the rules (the Markdown shows only the categories and the top of "other").
+    all_ops = [
         {
             "op": name,
             "type": op_type,
             "category": op_category[(name, op_type)],
             "ms_per_step": seconds * ms,
             "share_of_busy": share(seconds, busy_s),
+            "shapes": shapes.get(name) if shapes else None,
         }
-        for (name, op_type), seconds in sorted(per_op.items(), key=lambda kv: -kv[1])[: top * 5]
+        for (name, op_type), seconds in sorted(per_op.items(), key=lambda kv: -kv[1])
     ]
     return {
         "steps": steps,
@@ -339,7 +342,7 @@ def breakdown(
         "ops_with_shapes": matched,
         "categories": categories,
         "other_top": other_top,
-        "top_ops": top_ops,
+        "ops": all_ops,
     }
 
 

@@ -246,7 +246,8 @@ def test_breakdown_shares_and_other_list():
     assert result["other_top"][0]["op"] == "AddV2 discriminator/layer_*/add"
     assert result["other_top"][0]["ms_per_step"] == pytest.approx(20.0)
     assert result["other_top"][1]["op"] == "Log1p logistic_loss/Log1p"
-    assert result["top_ops"][0]["category"] == "matmul"
+    assert [op["category"] for op in result["ops"][:2]] == ["matmul", "matmul"]
+    assert len(result["ops"]) == 9 and result["ops"][0]["ms_per_step"] == pytest.approx(200.0)
     assert result["distinct_ops"] == 9 and result["ops_with_shapes"] == 0
     table = pb.markdown("t", result)
     assert "| matrix products" in table and "| 300.000 | 60.0% | 50.0% |" in table
