@@ -120,7 +120,7 @@ CATEGORIES: dict[str, str] = {
     "dropout_rng": "dropout random numbers",
     "dropout_apply": "dropout mask and scale (GreaterEqual, SelectV2, Mul)",
     "other_rng": "other random numbers (masking positions, seeds)",
-    "gather_scatter": "embedding gathers/scatters (GatherV2, ResourceGather, UnsortedSegmentSum, ScatterNd)",
+    "gather_scatter": "gathers/scatters: embeddings, masked positions (GatherV2, ResourceGather, UnsortedSegmentSum, ScatterNd)",
     "optimizer": "optimizer update (AdamWeightDecay scope: clipping, moments, decay, assign)",
     "input": "input pipeline (IteratorGetNext and the tf.data work it waits for)",
     "serving_io": "serving signature's own ops (outside the model: input checks, outputs)",
