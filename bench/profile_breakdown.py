@@ -89,11 +89,13 @@ reads nothing of, and with XLA (`--jit on`) the ops are fused into clusters that
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import glob
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -606,6 +608,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     from electra_tf.pretraining import loop
 
     data_dir = tempfile.mkdtemp(prefix="electra-profile-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     config = pretraining_config("profile", data_dir, preset="small", hparams=model_hparams(args))
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
@@ -669,7 +672,8 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
     from electra_tf.serving.kinds import serving_module
     from electra_tf.serving.saved_model import ExportSpec, write_export
 
-    workdir = tempfile.mkdtemp(prefix="electra-profile-serve-")
+    workdir = tempfile.mkdtemp(prefix="electra-profile-serve-")  # the export: ~60 MB at full size
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     config = pretraining_config("profile", workdir, preset="small", hparams=model_hparams(args))
     vocab_file = write_bench_vocab(workdir, config.vocab_size)
     model = ElectraDiscriminator(config.discriminator_config())
