@@ -1,0 +1,340 @@
+"""bench/profile_breakdown.py: the op categoriser, the shares and the trace nesting on synthetic
+data (no profiling), and one `--quick` run end to end."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import profile_breakdown as pb  # noqa: E402
+
+V = 30522
+B, N, E, L, H = 32, 19, 128, 128, 256
+BODY = "while/body/_1/while/"
+GRAD = "while/body/_1/gradient_tape/while/"
+
+
+@pytest.mark.parametrize(
+    "name, op_type, shapes, expected",
+    [
+        # Matrix products, with and without oneDNN's rewrite prefix and fusions.
+        (BODY + "discriminator/layer_0/query/Tensordot/MatMul", "_MklMatMul", None, "matmul"),
+        (BODY + "discriminator/layer_0/einsum/Einsum", "_MklEinsum", None, "matmul"),
+        ("x/dense/MatMul", "_MklNativeFusedMatMul", None, "matmul"),
+        ("x/MatMul", "_FusedMatMul", None, "matmul"),
+        ("x/bmm", "BatchMatMulV2", None, "matmul"),
+        # The vocabulary: by a V-wide shape, whatever the scope ...
+        (
+            BODY + "generator_predictions/einsum/Einsum",
+            "_MklEinsum",
+            [(B, N, E), (V, E), (B, N, V)],
+            "vocab_matmul",
+        ),
+        (
+            GRAD + "generator_predictions/einsum/Einsum_1",
+            "_MklEinsum",
+            [(B, N, V), (B, N, E), (V, E)],
+            "vocab_matmul",
+        ),
+        (BODY + "Log", "Log", [(B, N, V), (B, N, V)], "vocab_softmax"),
+        (BODY + "ArgMax", "ArgMax", [(B, N, V), (), (B, N)], "vocab_softmax"),
+        (
+            BODY + "stateless_random_uniform_2/StatelessRandomUniformV2",
+            "StatelessRandomUniformV2",
+            [(3,), (1,), (2,), (), (B, N, V)],
+            "vocab_softmax",
+        ),
+        # ... or, without shapes, by the head's scope / the cross-entropy op.
+        (BODY + "generator_predictions/einsum/Einsum", "_MklEinsum", None, "vocab_matmul"),
+        (
+            BODY + "SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits",
+            "SparseSoftmaxCrossEntropyWithLogits",
+            None,
+            "vocab_softmax",
+        ),
+        # A V-row embedding gradient is a scatter, not the vocabulary softmax.
+        (
+            BODY + "AddN_23/inputs_1",
+            "UnsortedSegmentSum",
+            [(B * L, E), (B * L,), (), (V, E)],
+            "gather_scatter",
+        ),
+        (BODY + "discriminator/embeddings/Gather", "ResourceGather", None, "gather_scatter"),
+        (BODY + "ScatterNd_1", "ScatterNd", None, "gather_scatter"),
+        ("x/TensorScatterSub", "TensorScatterSub", None, "gather_scatter"),
+        # Attention softmax: the Softmax op, and ops shaped [B, heads, L, L].
+        (BODY + "discriminator/layer_0/Softmax", "_MklSoftmax", None, "attention_softmax"),
+        (
+            BODY + "discriminator/layer_0/add",
+            "AddV2",
+            [(B, 4, L, L), (B, 1, 1, L), (B, 4, L, L)],
+            "attention_softmax",
+        ),
+        (
+            GRAD + "discriminator/layer_0/Sum",
+            "Sum",
+            [(B, 4, L, L), (1,), (B, 4, L, 1)],
+            "attention_softmax",
+        ),
+        (
+            GRAD + "discriminator/layer_0/sub",
+            "Sub",
+            [(B, 4, L, L), (B, 4, L, 1), (B, 4, L, L)],
+            "attention_softmax",
+        ),
+        (
+            "m/layer_0/add",
+            "AddV2",
+            [(None, 4, None, None), (None, 1, 1, None), (None, 4, None, None)],
+            "attention_softmax",
+        ),
+        # ... but not the head split [B, L, heads, head_size] nor a dropout on the probabilities.
+        (BODY + "discriminator/layer_0/mul", "Mul", [(B, L, 4, 64), (), (B, L, 4, 64)], "other"),
+        # Dropout: random numbers vs the mask and scale; other random numbers.
+        (
+            BODY + "discriminator/layer_0/dropout_1/dropout/random_uniform/RandomUniform",
+            "RandomUniform",
+            [(4,), (B, 4, L, L)],
+            "dropout_rng",
+        ),
+        (
+            BODY + "discriminator/layer_0/dropout_1/dropout/SelectV2",
+            "SelectV2",
+            [(B, 4, L, L)] * 4,
+            "dropout_apply",
+        ),
+        (GRAD + "discriminator/embeddings/dropout/dropout/Mul", "Mul", None, "dropout_apply"),
+        (
+            BODY + "stateless_categorical/StatelessMultinomial",
+            "StatelessMultinomial",
+            None,
+            "other_rng",
+        ),
+        (BODY + "stateful_uniform_full_int/RngReadAndSkip", "RngReadAndSkip", None, "other_rng"),
+        # Layer norm and GELU by scope, forward and gradient.
+        (
+            BODY + "discriminator/layer_0/attention_layer_norm/moments/mean",
+            "Mean",
+            None,
+            "layer_norm",
+        ),
+        (GRAD + "generator/embeddings/LayerNorm/batchnorm/mul/Sum", "Sum", None, "layer_norm"),
+        ("x/ln", "_MklLayerNorm", None, "layer_norm"),
+        (BODY + "discriminator/layer_0/intermediate/Gelu/Erfc", "Erfc", None, "gelu"),
+        (
+            GRAD + "discriminator/layer_0/intermediate/Gelu/Exp/unary_ops_composition",
+            "_UnaryOpsComposition",
+            None,
+            "gelu",
+        ),
+        ("x/Erf", "Erf", None, "gelu"),
+        (BODY + "discriminator/layer_0/query/BiasAdd", "BiasAdd", None, "bias_add"),
+        (GRAD + "discriminator/layer_0/query/BiasAdd/BiasAddGrad", "BiasAddGrad", None, "bias_add"),
+        # The optimizer's scope wins over every op type in it.
+        (BODY + "AdamWeightDecay/clip_by_global_norm/mul_1", "Mul", None, "optimizer"),
+        (BODY + "AdamWeightDecay/AssignSubVariableOp_3", "AssignSubVariableOp", None, "optimizer"),
+        ("x/ResourceApplyAdam", "ResourceApplyAdam", None, "optimizer"),
+        # Input pipeline, framework bookkeeping.
+        (BODY + "IteratorGetNext", "IteratorGetNext", None, "input"),
+        ("x/OptionalGetValue", "OptionalGetValue", None, "input"),
+        (BODY + "Cast_3", "Cast", None, "framework_ops"),
+        (
+            BODY + "discriminator/embeddings/ReadVariableOp",
+            "ReadVariableOp",
+            [(), (V, E)],
+            "framework_ops",
+        ),
+        (
+            BODY + "SparseSoftmaxCrossEntropyWithLogits/Reshape",
+            "Reshape",
+            [(B, N, V), (2,), (B * N, V)],
+            "framework_ops",
+        ),
+        ("m/layer_0/attention_output/Tensordot/Prod", "Prod", None, "framework_ops"),
+        ("m/layer_0/attention_output/Tensordot/GatherV2", "GatherV2", None, "framework_ops"),
+        (
+            GRAD + "discriminator/embeddings/strided_slice_2/StridedSliceGrad",
+            "StridedSliceGrad",
+            None,
+            "framework_ops",
+        ),
+        ("x/mkl", "_MklToTf", None, "framework_ops"),
+        # The rest.
+        (BODY + "logistic_loss/Log1p", "Log1p", None, "other"),
+        (BODY + "AssignAddVariableOp_3", "AssignAddVariableOp", None, "framework_ops"),
+    ],
+)
+def test_categorise(name, op_type, shapes, expected):
+    assert pb.categorise(name, op_type, shapes) == expected
+
+
+def test_vocab_rule_uses_the_given_vocab_size():
+    shapes = [(4, 4, 16), (1999, 16), (4, 4, 1999)]
+    assert pb.categorise("g/einsum/Einsum", "Einsum", shapes, vocab_size=1999) == "vocab_matmul"
+    assert pb.categorise("g/dense/Einsum", "Einsum", shapes, vocab_size=V) == "matmul"
+    assert pb.categorise("g/dense/Einsum", "Einsum", shapes, vocab_size=None) == "matmul"
+
+
+def test_serving_ops_outside_the_model_scope():
+    scope = "electra_discriminator"
+    assert pb.categorise("StatefulPartitionedCall/GatherV2", "GatherV2", model_scope=scope) == (
+        "serving_io"
+    )
+    assert pb.categorise("StatefulPartitionedCall/Sigmoid", "Sigmoid", model_scope=scope) == (
+        "serving_io"
+    )
+    # Bookkeeping stays framework, and the model's own ops keep their categories.
+    assert pb.categorise("StatefulPartitionedCall/Cast", "Cast", model_scope=scope) == (
+        "framework_ops"
+    )
+    inside = f"StatefulPartitionedCall/{scope}/electra/embeddings/Gather"
+    assert pb.categorise(inside, "ResourceGather", model_scope=scope) == "gather_scatter"
+
+
+def test_base_type_and_op_pattern():
+    assert pb.base_type("_MklMatMul") == "MatMul"
+    assert pb.base_type("_MklNativeFusedMatMul") == "_FusedMatMul"
+    assert pb.base_type("_MklFusedBatchMatMulV2") == "_FusedBatchMatMulV2"
+    assert pb.base_type("AddV2") == "AddV2"
+    assert pb.op_pattern(BODY + "discriminator/layer_11/add_2", "AddV2") == (
+        "AddV2 discriminator/layer_*/add"
+    )
+    assert pb.op_pattern("StatefulPartitionedCall/Equal_1", "Equal") == "Equal Equal"
+
+
+def test_breakdown_shares_and_other_list():
+    ops = [
+        (BODY + "discriminator/layer_0/query/Tensordot/MatMul", "_MklMatMul", 0.40),
+        (BODY + "discriminator/layer_1/query/Tensordot/MatMul", "_MklMatMul", 0.20),
+        (BODY + "discriminator/layer_0/Softmax", "_MklSoftmax", 0.10),
+        (BODY + "discriminator/layer_0/attention_layer_norm/moments/mean", "Mean", 0.05),
+        (BODY + "AdamWeightDecay/mul", "Mul", 0.05),
+        (BODY + "Cast", "Cast", 0.02),
+        (BODY + "discriminator/layer_0/add_2", "AddV2", 0.03),
+        (BODY + "discriminator/layer_1/add_2", "AddV2", 0.01),
+        (BODY + "logistic_loss/Log1p", "Log1p", 0.02),
+        # The same op again (a second step): its time adds up.
+        (BODY + "discriminator/layer_0/Softmax", "_MklSoftmax", 0.02),
+    ]
+    result = pb.breakdown(ops, steps=2, wall_s=1.2, executor_s=0.1, background_s=0.04)
+    cats = result["categories"]
+    busy = 0.9 + 0.1
+    assert result["op_self_ms_per_step"] == pytest.approx(450.0)
+    assert result["busy_ms_per_step"] == pytest.approx(500.0)
+    assert result["wall_ms_per_step"] == pytest.approx(600.0)
+    assert result["gap_ms_per_step"] == pytest.approx(100.0)
+    assert result["background_tfdata_ms_per_step"] == pytest.approx(20.0)
+    assert cats["matmul"]["ms_per_step"] == pytest.approx(300.0)
+    assert cats["matmul"]["share_of_busy"] == pytest.approx(0.6 / busy)
+    assert cats["matmul"]["share_of_wall"] == pytest.approx(0.6 / 1.2)
+    assert cats["attention_softmax"]["share_of_busy"] == pytest.approx(0.12 / busy)
+    assert cats["layer_norm"]["share_of_busy"] == pytest.approx(0.05 / busy)
+    assert cats["optimizer"]["share_of_busy"] == pytest.approx(0.05 / busy)
+    assert cats["framework_ops"]["share_of_busy"] == pytest.approx(0.02 / busy)
+    assert cats["executor"]["share_of_busy"] == pytest.approx(0.1 / busy)
+    assert cats["other"]["share_of_busy"] == pytest.approx(0.06 / busy)
+    assert cats["dropout_rng"]["ms_per_step"] == 0.0
+    assert sum(c["share_of_busy"] for c in cats.values()) == pytest.approx(1.0)
+    assert list(cats) == list(pb.CATEGORIES)
+    # The two layers' residual adds are one pattern, and it tops the list.
+    assert result["other_top"][0]["op"] == "AddV2 discriminator/layer_*/add"
+    assert result["other_top"][0]["ms_per_step"] == pytest.approx(20.0)
+    assert result["other_top"][1]["op"] == "Log1p logistic_loss/Log1p"
+    assert [op["category"] for op in result["ops"][:2]] == ["matmul", "matmul"]
+    assert len(result["ops"]) == 9 and result["ops"][0]["ms_per_step"] == pytest.approx(200.0)
+    assert result["distinct_ops"] == 9 and result["ops_with_shapes"] == 0
+    table = pb.markdown("t", result)
+    assert "| matrix products" in table and "| 300.000 | 60.0% | 50.0% |" in table
+    assert "dropout random numbers" not in table  # empty rows are left out
+
+
+def test_breakdown_uses_shapes_where_given():
+    name = BODY + "Log"
+    shapes = {name: [(4, 4, 1999), (4, 4, 1999)]}
+    result = pb.breakdown([(name, "Log", 0.5)], 1, 1.0, shapes=shapes, vocab_size=1999)
+    assert result["categories"]["vocab_softmax"]["share_of_busy"] == pytest.approx(1.0)
+    assert result["ops_with_shapes"] == 1
+
+
+def test_nest_self_times():
+    # A [0, 100) parent with children [10, 30) and [40, 90); [50, 60) inside the second;
+    # a child running past its parent's end [95, 120) counts up to 100; [200, 210) is alone.
+    intervals = [(0, 100), (10, 20), (40, 50), (50, 10), (95, 25), (200, 10)]
+    self_times, roots = pb.nest(intervals)
+    assert self_times == [100 - 20 - 50 - 5, 20, 40, 10, 25, 10]
+    assert roots == [0, 0, 0, 0, 0, 5]
+    # Order of the input does not matter; equal starts nest the longer outside.
+    self_times, roots = pb.nest([(0, 10), (0, 30)])
+    assert self_times == [10, 20] and roots == [1, 1]
+
+
+def test_shape_index_suffix_lookup():
+    index = pb.ShapeIndex()
+    index.shapes = {
+        "while/generator_predictions/einsum/Einsum": ((4, 16), (16, 1999)),
+        "add": None,  # two graphs disagreed
+    }
+    assert index.lookup("while/body/_1/while/generator_predictions/einsum/Einsum") == (
+        (4, 16),
+        (16, 1999),
+    )
+    assert index.lookup("while/body/_1/while/add") is None
+    assert index.lookup("unknown/op") is None
+    assert index.for_ops(["a/while/generator_predictions/einsum/Einsum", "b"]) == {
+        "a/while/generator_predictions/einsum/Einsum": ((4, 16), (16, 1999))
+    }
+
+
+def test_op_event_names():
+    assert pb.OP_EVENT.match("while/body/_1/while/Cast:Cast")["type"] == "Cast"
+    assert pb.OP_EVENT.match("x/MatMul:_MklMatMul")["name"] == "x/MatMul"
+    for name in ("ExecutorState::Process", "EagerLocalExecute: __inference_f_1", "train"):
+        assert not (pb.OP_EVENT.match(name) and "::" not in name)
+
+
+QUICK_LIMIT_S = 30
+
+
+def test_quick_run_end_to_end(tmp_path):
+    """`--quick` through the real profiler, both paths, on one core (about 15-25 s here)."""
+    out = tmp_path / "breakdown.json"
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT,
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        OMP_NUM_THREADS="1",
+    )
+    start = time.perf_counter()
+    command = [sys.executable, os.path.join(ROOT, "bench", "profile_breakdown.py"), "--quick"]
+    command += ["--out", str(out), "--logdir", str(tmp_path / "trace")]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    except subprocess.TimeoutExpired:
+        # About 14 s of CPU; only a machine whose cores other jobs hold takes this long.
+        pytest.skip("--quick did not finish in 300 s: the machine is too loaded to tell")
+    seconds = time.perf_counter() - start
+    assert run.returncode == 0, run.stderr[-3000:]
+    if seconds > QUICK_LIMIT_S:
+        print(f"note: --quick took {seconds:.0f} s (over {QUICK_LIMIT_S} s: a loaded machine)")
+    result = json.loads(out.read_text())
+    profiles = result["profiles"]
+    assert [p["path"] for p in profiles] == ["train", "serve", "serve"]
+    assert [p.get("batch") for p in profiles[1:]] == [1, 4]
+    for profile in profiles:
+        shares = [c["share_of_busy"] for c in profile["categories"].values()]
+        assert sum(shares) == pytest.approx(1.0)
+        assert profile["categories"]["matmul"]["ms_per_step"] > 0
+        assert profile["ops_with_shapes"] > 0.9 * profile["distinct_ops"]
+    train = profiles[0]["categories"]
+    for key in ("vocab_matmul", "vocab_softmax", "layer_norm", "gelu", "optimizer", "input"):
+        assert train[key]["ms_per_step"] > 0, key
+    assert profiles[1]["categories"]["optimizer"]["ms_per_step"] == 0
+    assert "### train step, batch 4 x seq 32" in run.stdout
+    assert "### serving `encode_ids`, batch 1 x seq 32" in run.stdout
