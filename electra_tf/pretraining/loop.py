@@ -352,7 +352,9 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     it touches anything (`electra_tf.run_lock`)."""
     stream = stream or sys.stdout
     keras.mixed_precision.set_global_policy(config.precision)
-    tf.random.set_seed(config.seed)
+    # Not tf.random.set_seed alone: an unseeded tf_keras initializer draws its seed from
+    # Python's `random`, so the initial weights changed from process to process.
+    keras.utils.set_random_seed(config.seed)
     strategy = build_strategy(config)
     is_chief, worker_id, num_workers = worker_role(strategy)
     check_accumulation(config, strategy)
