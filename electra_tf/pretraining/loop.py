@@ -151,10 +151,17 @@ def build_model(config: PretrainingConfig) -> keras.Model:
 def generator_lr_multipliers(
     variable_map: dict[str, tf.Variable], multiplier: float
 ) -> dict[str, float]:
-    """`generator_lr_multiplier` for every generator-only variable; {} at 1.0 (the original)."""
+    """`generator_lr_multiplier` for every generator-only variable (the masked-LM generator's,
+    or the two-tower cloze model's of Electric); {} at 1.0 (the original)."""
     if multiplier == 1.0:
         return {}
-    prefixes = ("generator/", "generator_predictions/")
+    prefixes = (
+        "generator/",
+        "generator_predictions/",
+        "generator_ltr/",
+        "generator_rtl/",
+        "cloze_predictions/",
+    )
     return {name: multiplier for name in variable_map if name.startswith(prefixes)}
 
 
