@@ -275,9 +275,10 @@ class PretrainingConfig:
     precision: str = "float32"  # auto | float32 | mixed_bfloat16 | mixed_float16
     jit_compile: bool | str = "auto"  # auto | true | false
     gradient_accumulation_steps: int = 1
-    # The generator's own variables (scopes generator/ and generator_predictions/) step with
-    # learning_rate x this. 1.0 is the original (one lr for both networks); the shared
-    # embeddings always take the discriminator's lr.
+    # The generator's own variables (scopes generator/ and generator_predictions/; Electric's
+    # generator_ltr/, generator_rtl/ and cloze_predictions/) step with learning_rate x this.
+    # 1.0 is the original (one lr for both networks); the shared embeddings always take the
+    # discriminator's lr.
     generator_lr_multiplier: float = 1.0
     init_checkpoint: str | None = None  # continue pre-training from these weights
     init_checkpoint_format: str = "auto"  # auto | native | original | hf

@@ -281,13 +281,24 @@ def test_disc_loss_metric_is_the_mean_of_per_sequence_means():
     np.testing.assert_allclose(value, (1.0 + 4.0) / 2, rtol=1e-5)  # not 8 / 5 per token
 
 
-def test_generator_lr_multiplier_scales_only_the_generators_own_step():
+@pytest.mark.parametrize(
+    "objective, own_scopes",
+    [
+        ({}, ("generator/", "generator_predictions/")),
+        (
+            {"electric_objective": True},
+            ("generator_ltr/", "generator_rtl/", "cloze_predictions/"),
+        ),
+    ],
+    ids=["electra", "electric"],
+)
+def test_generator_lr_multiplier_scales_only_the_generators_own_step(objective, own_scopes):
     """`generator_lr_multiplier` k: from the same weights and gradients, every generator-only
-    variable moves k times as far as at 1.0 (the original); everything else, shared embeddings
-    included, moves exactly as at 1.0."""
+    variable (Electric's: both cloze towers and the cloze head) moves k times as far as at 1.0
+    (the original); everything else, shared embeddings included, moves exactly as at 1.0."""
     from electra_tf.pretraining.loop import build_optimizer
 
-    model = ElectraPretrainer(one_layer_config(), **SPECIAL_IDS)
+    model = ElectraPretrainer(one_layer_config(**objective), **SPECIAL_IDS)
     with tf.GradientTape() as tape:
         loss = model(tiny_batch())["loss"]
     grads = tape.gradient(loss, model.trainable_variables)
@@ -298,9 +309,10 @@ def test_generator_lr_multiplier_scales_only_the_generators_own_step():
     def step(multiplier):
         for var, value in zip(model.trainable_variables, start, strict=True):
             var.assign(value)
-        optimizer = build_optimizer(
-            one_layer_config(generator_lr_multiplier=multiplier, num_warmup_steps=0), model
+        config = one_layer_config(
+            generator_lr_multiplier=multiplier, num_warmup_steps=0, **objective
         )
+        optimizer = build_optimizer(config, model)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return {
             names[id(var)]: var.numpy() - value
@@ -310,8 +322,9 @@ def test_generator_lr_multiplier_scales_only_the_generators_own_step():
     base, tripled = step(1.0), step(3.0)
     # Float32 rounding of `new - old` near 1.0 (LayerNorm gammas) is ~1.2e-7, far below the
     # ~1e-3 steps compared here.
-    generator_only = [n for n in base if n.startswith(("generator/", "generator_predictions/"))]
-    assert generator_only and "electra/embeddings/word_embeddings" in base
+    generator_only = [n for n in base if n.startswith(own_scopes)]
+    assert {n.split("/")[0] + "/" for n in generator_only} == set(own_scopes)
+    assert "electra/embeddings/word_embeddings" in base
     for name, delta in base.items():
         assert np.abs(delta).max() > 0, name
         factor = 3.0 if name in generator_only else 1.0

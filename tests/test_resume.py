@@ -1,6 +1,7 @@
 """Resuming pre-training: exact continuation, kill -9 at any moment, Ctrl-C saves and exits."""
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -62,6 +63,22 @@ def test_resumed_run_equals_the_uninterrupted_run(straight_run, capsys):
     earlier = checkpoint_values(str(models / "straight" / "ckpt-6"))
     changed = [k for k in earlier if k.startswith("model/") and "metric" not in k]
     assert any(not np.array_equal(earlier[k], straight[k]) for k in changed)
+
+
+def test_a_fresh_process_starts_from_the_same_weights(tmp_path):
+    # tf_keras initializers without a seed draw one from Python's `random`, which a new
+    # process seeds afresh: two runs of one config started from different weights (the
+    # `seed` hparam fixed only TF's seeds). Here Python's state differs between the runs.
+    data = write_corpus(tmp_path / "data", num_records=8)
+    for name, python_seed in (("first", 1), ("second", 2)):
+        random.seed(python_seed)
+        assert _main(data, name, num_train_steps=1) == 0
+    first = checkpoint_values(str(data / "models" / "first" / "ckpt-1"))
+    second = checkpoint_values(str(data / "models" / "second" / "ckpt-1"))
+    weights = [k for k in first if k.startswith("model/") and "rng" not in k]
+    assert weights and first.keys() == second.keys()
+    for name in weights:
+        np.testing.assert_array_equal(first[name], second[name], err_msg=name)
 
 
 def test_init_checkpoint_loads_weights_and_sets_the_step(straight_run):

@@ -4,12 +4,13 @@
         [--output-dir DIR] [--version N] [--overwrite]
 
 Without `--task` it exports the pre-trained discriminator (replaced-token probabilities and a
-sentence score) and the bare encoder (sequence output and [CLS] vector) from the latest
-checkpoint in `<data_dir>/models/<model_name>/`; with `--task` the fine-tuned task model from
-`<model_dir>/finetuning_models/<task>_model_<trial>/`. Each lands in TF Serving's versioned
-layout, `<output_dir>/<model_name>_<kind or task>/<version>/`, with `vocab.txt`, the resolved
-`config.json` and `export.json` (kind, signatures, labels) as assets. The signatures are
-described in `electra_tf/serving/module.py`.
+sentence score; for an Electric model, Electric's log-likelihood estimates per token and per
+sentence, also under the signature `score_text`) and the bare encoder (sequence output and
+[CLS] vector) from the latest checkpoint in `<data_dir>/models/<model_name>/`; with `--task`
+the fine-tuned task model from `<model_dir>/finetuning_models/<task>_model_<trial>/`. Each
+lands in TF Serving's versioned layout, `<output_dir>/<model_name>_<kind or task>/<version>/`,
+with `vocab.txt`, the resolved `config.json` and `export.json` (kind, signatures, labels) as
+assets. The signatures are described in `electra_tf/serving/module.py`.
 
 A version directory is written under a temporary name and renamed into place, so TF Serving,
 which watches the numbered directories, never loads a half-written model. An existing version

@@ -21,7 +21,9 @@ class ElectraDiscriminator(keras.Model):
 
     Call: `model({"input_ids", "input_mask", "segment_ids"} int [B, L])` -> dict with the
     encoder's `sequence_output` [B, L, H] and `cls_output` [B, H], plus `logits` [B, L]
-    (replaced-token logits; sigmoid gives the probability that a token was replaced).
+    (replaced-token logits; sigmoid gives the probability that a token was replaced). From an
+    Electric model, `logits` is the energy E instead: -E estimates log p(token | the rest)
+    (`pretraining.electric_scoring`), and sigmoid(E) is no probability.
     """
 
     def __init__(self, config: ModelConfig, **kwargs: Any):

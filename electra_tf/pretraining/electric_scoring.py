@@ -48,6 +48,32 @@ def energies(model, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
     return tf.cast(model(inputs, training=False)["logits"], tf.float32)
 
 
+def score_features(
+    model, features: dict[str, tf.Tensor], cls_id: int, sep_id: int, mask_id: int
+) -> dict[str, tf.Tensor]:
+    """Electric's scores of featurized text, every token in one forward pass; pure tf (the
+    serving signature `score_text` runs it in the graph, `score_text` below eagerly).
+
+    A token is scored when it is real and not [CLS], [SEP] or [MASK] (the masking candidates,
+    `masking.candidates_mask`): the positions an Electric model was trained to tell data from
+    noise at, less [CLS] and [SEP], whose energies carry no word's likelihood.
+
+    Args:
+        model: see `energies`.
+        features: int `input_ids`, `input_mask`, `segment_ids` [batch, seq_len].
+        cls_id, sep_id, mask_id: the vocabulary's special ids.
+
+    Returns:
+        `pseudo_log_likelihoods`' dict (`token_scores` [batch, seq_len], `sentence_scores`,
+        `num_scored` [batch]) and `scored`, bool [batch, seq_len].
+    """
+    scored = candidates_mask(
+        features["input_ids"], features["input_mask"], cls_id=cls_id, sep_id=sep_id,
+        mask_id=mask_id,
+    )  # fmt: skip
+    return {**pseudo_log_likelihoods(energies(model, features), scored), "scored": scored}
+
+
 def score_text(
     model,
     tokenizer: FullTokenizer,
@@ -93,10 +119,9 @@ def score_text(
             "input_mask": tf.constant(input_mask),
             "segment_ids": tf.zeros_like(input_ids),
         }
-        scored = candidates_mask(input_ids, input_mask, **special)  # [batch, length]
-        scores = pseudo_log_likelihoods(energies(model, inputs), scored)
-        token_scores = scores["token_scores"].numpy()
-        scored = scored.numpy()
+        scores = score_features(model, inputs, **special)
+        token_scores = scores["token_scores"].numpy()  # [batch, length]
+        scored = scores["scored"].numpy()  # [batch, length]
         for row, text in enumerate(chunk):
             # A [MASK] typed in the text is not scored (it is no candidate), like [CLS]/[SEP].
             positions = np.nonzero(scored[row])[0]

@@ -151,10 +151,17 @@ def build_model(config: PretrainingConfig) -> keras.Model:
 def generator_lr_multipliers(
     variable_map: dict[str, tf.Variable], multiplier: float
 ) -> dict[str, float]:
-    """`generator_lr_multiplier` for every generator-only variable; {} at 1.0 (the original)."""
+    """`generator_lr_multiplier` for every generator-only variable (the masked-LM generator's,
+    or the two-tower cloze model's of Electric); {} at 1.0 (the original)."""
     if multiplier == 1.0:
         return {}
-    prefixes = ("generator/", "generator_predictions/")
+    prefixes = (
+        "generator/",
+        "generator_predictions/",
+        "generator_ltr/",
+        "generator_rtl/",
+        "cloze_predictions/",
+    )
     return {name: multiplier for name in variable_map if name.startswith(prefixes)}
 
 
@@ -352,7 +359,9 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
     it touches anything (`electra_tf.run_lock`)."""
     stream = stream or sys.stdout
     keras.mixed_precision.set_global_policy(config.precision)
-    tf.random.set_seed(config.seed)
+    # Not tf.random.set_seed alone: an unseeded tf_keras initializer draws its seed from
+    # Python's `random`, so the initial weights changed from process to process.
+    keras.utils.set_random_seed(config.seed)
     strategy = build_strategy(config)
     is_chief, worker_id, num_workers = worker_role(strategy)
     check_accumulation(config, strategy)

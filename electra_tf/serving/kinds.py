@@ -1,6 +1,7 @@
 """The `ServingModule` for each kind of model: which featurizer, which prediction function and
-which post-processing a discriminator, an encoder or a fine-tuned task model is served with;
-and `save_for_serving`, the one-call export of a model held in Python.
+which post-processing a discriminator (ELECTRA's or Electric's), an encoder or a fine-tuned
+task model is served with; and `save_for_serving`, the one-call export of a model held in
+Python.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 from electra_tf.config import ModelConfig
 from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
+from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
 from electra_tf.serving.module import ServingModule
 from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json, write_export
@@ -38,9 +40,10 @@ def serving_module(
     """The `ServingModule` for `model`.
 
     Args:
-        kind: "discriminator" (an `ElectraDiscriminator`), "encoder" (a `TransformerEncoder`)
-            or "task" (a `FinetuningModel`; `task` the exported one of its `all_tasks`,
-            default `[task]`).
+        kind: "discriminator" (an `ElectraDiscriminator`), "electric" (the
+            `ElectraDiscriminator` of an Electric model: energies, scored as log-likelihoods),
+            "encoder" (a `TransformerEncoder`) or "task" (a `FinetuningModel`; `task` the
+            exported one of its `all_tasks`, default `[task]`).
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
     """
@@ -52,11 +55,17 @@ def serving_module(
     if kind == "discriminator":
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
         return ServingModule(lambda f: model(f, training=False), model, featurizer, tokens, kind)
+    if kind == "electric":
+        special = {"cls_id": vocab["[CLS]"], "sep_id": vocab["[SEP]"], "mask_id": vocab["[MASK]"]}
+        featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
+        return ServingModule(
+            lambda f: score_features(model, f, **special), model, featurizer, tokens, kind
+        )
     if kind == "encoder":
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
         return ServingModule(lambda f: model(f, training=False), model, featurizer, tokens, kind)
     if kind != "task":
-        raise ValueError(f"kind {kind!r} is not discriminator, encoder or task")
+        raise ValueError(f"kind {kind!r} is not discriminator, electric, encoder or task")
     tasks = all_tasks or [task]
     return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length)
 
@@ -147,6 +156,7 @@ def save_for_serving(
     do_lower_case: bool = True,
     strip_accents: bool = True,
     task: Any = None,
+    electric: bool | None = None,
 ) -> str:
     """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
 
@@ -158,9 +168,14 @@ def save_for_serving(
         version: None -> one past the highest existing version.
         overwrite: replace an existing version.
         config: the config saved as `assets/config.json` (default: the model's ModelConfig).
+        electric: whether an `ElectraDiscriminator` comes from an Electric model (its head
+            outputs energies: the export scores text, kind "electric"); None reads
+            `config.electric_objective` (False without a pre-training config).
     """
+    if electric is None:
+        electric = bool(getattr(config, "electric_objective", False))
     if isinstance(model, ElectraDiscriminator):
-        kind = "discriminator"
+        kind = "electric" if electric else "discriminator"
     elif isinstance(model, TransformerEncoder):
         kind = "encoder"
     elif task is not None:

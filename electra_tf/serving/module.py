@@ -1,19 +1,28 @@
 """The `tf.Module` that a SavedModel for TF Serving is made of: signatures and post-processing.
 
 One `ServingModule` wraps a Keras model (through a `predict(features) -> raw outputs` function),
-a `TextFeaturizer` and the vocabulary, and exposes three signatures:
+a `TextFeaturizer` and the vocabulary, and exposes three signatures (four for `electric`):
 
 - `serving_default`: raw UTF-8 strings, `text` [batch] (or `text_a`, `text_b` [batch] for pair
   tasks), tokenized in the graph exactly as in training.
 - `encode_ids`: `input_ids`, `input_mask`, `segment_ids` int32 [batch, seq_len], for clients that
   tokenize themselves; the same outputs.
 - `tokenize`: the text inputs -> the three id tensors and the WordPiece `tokens` (debugging).
+- `score_text` (kind `electric` only): `text` [batch] -> Electric's scores, the same function
+  as its `serving_default`, under the name a scoring client asks for.
 
 The outputs depend on `kind` (each [batch, ...], so TF Serving's row format works):
 
 - `discriminator`: `replaced_probability` [B, L] (sigmoid of the replaced-token logit, 0 on
   padding), `mean_replaced_probability` / `max_replaced_probability` [B] over the real tokens
   other than [CLS] / [SEP] (0 when there are none): a fluency / error-detection score.
+- `electric`: the discriminator of an Electric model, whose head outputs an energy E, not a
+  replaced-token logit (sigmoid(E) is no probability of anything: Electric's noise logit adds
+  log q and a prior that only training has). `token_scores` [B, L]: -E, Electric's estimate of
+  log p(token | the rest), at the scored tokens (real, not [CLS] / [SEP] / [MASK]) and 0
+  elsewhere; `scored` [B, L] (1 at those tokens); `sentence_score` [B], their sum;
+  `num_scored` [B]; `input_ids` [B, L]. One forward pass scores every token
+  (`pretraining.electric_scoring.score_features`, as the Keras-side `score_text`).
 - `encoder`: `sequence_output` [B, L, H], `cls_output` [B, H].
 - `classification`: `probabilities` [B, C], `label_id` [B], `label` [B] (string), `logits`.
 - `regression`: `score` [B], the head's output mapped back to the label scale.
@@ -35,7 +44,7 @@ import tensorflow as tf
 
 from electra_tf.serving.featurizer import TextFeaturizer
 
-KINDS = ("discriminator", "encoder", "classification", "regression", "qa", "tagging")
+KINDS = ("discriminator", "electric", "encoder", "classification", "regression", "qa", "tagging")
 
 RawOutputs = dict[str, tf.Tensor]
 
@@ -137,11 +146,14 @@ class ServingModule(tf.Module):
             )
         )
         ids = _ids_spec()
-        return {
+        signatures = {
             "serving_default": serve.get_concrete_function(*specs),
             "encode_ids": encode.get_concrete_function(**ids),
             "tokenize": tokenize.get_concrete_function(*specs),
         }
+        if self.kind == "electric":
+            signatures["score_text"] = signatures["serving_default"]
+        return signatures
 
     def tokenize_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:
         features = self.featurizer(*checked_text(text_a, text_b))
@@ -182,6 +194,17 @@ class ServingModule(tf.Module):
             "mean_replaced_probability": mean,
             # Probabilities are >= 0, so masking with 0 gives 0 for a row without real tokens.
             "max_replaced_probability": tf.reduce_max(probs * real, axis=-1),
+        }
+
+    def _electric(self, features, raw):
+        # `raw` is `electric_scoring.score_features`' output: the scores are computed there,
+        # once for the Keras side and the graph alike.
+        return {
+            "token_scores": tf.cast(raw["token_scores"], tf.float32),  # [B, L]
+            "scored": tf.cast(raw["scored"], tf.int32),  # [B, L]
+            "sentence_score": tf.cast(raw["sentence_scores"], tf.float32),  # [B]
+            "num_scored": tf.cast(raw["num_scored"], tf.int32),  # [B]
+            "input_ids": features["input_ids"],  # [B, L]
         }
 
     def _encoder(self, features, raw):

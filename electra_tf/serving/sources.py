@@ -38,7 +38,12 @@ def pretrained_specs(
     max_seq_length: int | None = None,
 ) -> list[ExportSpec]:
     """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
-    in `model_dir`, or from `checkpoint` (a directory or prefix)."""
+    in `model_dir`, or from `checkpoint` (a directory or prefix).
+
+    The discriminator of an Electric model (`electric_objective`) is exported as kind
+    "electric": its head outputs energies, so it serves Electric's scores (`score_text`), not
+    replaced-token probabilities. The directory keeps the name `<model_name>_discriminator`.
+    """
     path = checkpoint or model_dir
     # The resolved config saved beside the checkpoint (or in the model dir) records what the
     # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
@@ -70,18 +75,17 @@ def pretrained_specs(
             model = TransformerEncoder(model_config, name="electra")
             variables = model.variable_map("electra")
         checkpoints.assign(variables, source, where=kind)
-        module = serving_module(
-            kind, model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents
-        )
+        serving_kind = "electric" if kind == "discriminator" and config.electric_objective else kind
+        casing = {"do_lower_case": config.do_lower_case, "strip_accents": config.do_strip_accents}
+        module = serving_module(serving_kind, model, vocab_file, max_len, **casing)
         info = {
             "source": source.path,
             "global_step": source.global_step,
             "max_seq_length": max_len,
             "model_config": model_config.to_dict(),
         }
-        specs.append(
-            ExportSpec(kind, f"{model_name}_{kind}", module, config_json(config), vocab_file, info)
-        )
+        name = f"{model_name}_{kind}"
+        specs.append(ExportSpec(serving_kind, name, module, config_json(config), vocab_file, info))
     return specs
 
 
