@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve reliability clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -72,6 +72,12 @@ bench-data: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(PY) bench/bench_serve.py
+
+# Where a step's time goes (issue #16): op-level shares of the train step and of serving.
+# Run it alone on the machine; the per-op JSON (several MB) goes to data/.
+profile: $(STAMP)
+	mkdir -p data
+	$(PY) bench/profile_breakdown.py --out data/profile_breakdown.json
 
 # Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
