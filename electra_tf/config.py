@@ -280,6 +280,8 @@ class PretrainingConfig:
     # 1.0 is the original (one lr for both networks); the shared embeddings always take the
     # discriminator's lr.
     generator_lr_multiplier: float = 1.0
+    # Adam's bias correction of its moments; the original's AdamW has none.
+    adam_bias_correction: bool = False
     init_checkpoint: str | None = None  # continue pre-training from these weights
     init_checkpoint_format: str = "auto"  # auto | native | original | hf
     init_step: int | None = None  # step the LR schedule starts from with init_checkpoint

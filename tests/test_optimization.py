@@ -26,12 +26,17 @@ from electra_tf.optimization import (
 B1, B2, EPS = 0.9, 0.999, 1e-6
 
 
-def numpy_adamw(params, grads_per_step, lrs, wd, decayed, multipliers, clip=1.0):
-    """The original's AdamWeightDecayOptimizer + clip_by_global_norm, in NumPy (float64)."""
+def numpy_adamw(
+    params, grads_per_step, lrs, wd, decayed, multipliers, clip=1.0, bias_correction=False
+):
+    """The original's AdamWeightDecayOptimizer + clip_by_global_norm, in NumPy (float64).
+
+    `bias_correction`: Adam's paper (Kingma & Ba, Algorithm 1): m / (1 - b1^t), v / (1 - b2^t).
+    """
     params = [p.astype(np.float64).copy() for p in params]
     ms = [np.zeros_like(p) for p in params]
     vs = [np.zeros_like(p) for p in params]
-    for grads, lr in zip(grads_per_step, lrs, strict=True):
+    for t, (grads, lr) in enumerate(zip(grads_per_step, lrs, strict=True), start=1):
         grads = [g.astype(np.float64) for g in grads]
         norm = np.sqrt(sum(np.sum(g * g) for g in grads))
         if clip is not None and norm > clip:
@@ -39,7 +44,11 @@ def numpy_adamw(params, grads_per_step, lrs, wd, decayed, multipliers, clip=1.0)
         for i, g in enumerate(grads):
             ms[i] = B1 * ms[i] + (1 - B1) * g
             vs[i] = B2 * vs[i] + (1 - B2) * g * g
-            update = ms[i] / (np.sqrt(vs[i]) + EPS)
+            if bias_correction:
+                m_hat, v_hat = ms[i] / (1 - B1**t), vs[i] / (1 - B2**t)
+            else:
+                m_hat, v_hat = ms[i], vs[i]
+            update = m_hat / (np.sqrt(v_hat) + EPS)
             if decayed[i]:
                 update = update + wd * params[i]
             params[i] = params[i] - lr * multipliers[i] * update
@@ -320,6 +329,73 @@ def test_layerwise_unmatched_name_is_an_error_naming_it():
     # Without the leading scope the original's "/embeddings/" key does not match either.
     with pytest.raises(ValueError, match="'embeddings/word_embeddings'"):
         layerwise_lr_multipliers({"embeddings/word_embeddings": None}, 2, 0.8)
+
+
+def test_bias_correction_matches_adams_paper_and_tf_apply_adam():
+    params, grads = _problem(3)
+    variables = _variables(params)
+    optimizer = AdamWeightDecay(
+        learning_rate=0.01, weight_decay_rate=0.1, bias_correction=True, variable_map={}
+    )
+    for step_grads in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
+    expected, _, _ = numpy_adamw(
+        params, grads, [0.01] * 4, 0.1, [True] * 4, [1] * 4, bias_correction=True
+    )
+    uncorrected, _, _ = numpy_adamw(params, grads, [0.01] * 4, 0.1, [True] * 4, [1] * 4)
+    for var, want in zip(variables, expected, strict=True):
+        np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-6)
+    # Without the correction the first steps move 2-6x further, so the two paths part clearly.
+    assert np.max(np.abs(uncorrected[0] - expected[0])) > 1e-2
+    assert optimizer.get_config()["bias_correction"] is True
+
+    # TF's ApplyAdam kernel with the true beta powers. It adds epsilon to the uncorrected
+    # sqrt(v), so both sides use a negligible epsilon; clipping is off (norms differ per step).
+    variables = _variables(params)
+    optimizer = AdamWeightDecay(
+        learning_rate=0.01, epsilon=1e-12, bias_correction=True, clip_norm=None
+    )
+    reference = [tf.Variable(p) for p in params]
+    ref_m = [tf.Variable(tf.zeros_like(p)) for p in params]
+    ref_v = [tf.Variable(tf.zeros_like(p)) for p in params]
+    for t, step_grads in enumerate(grads, start=1):
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
+        for var, m, v, g in zip(reference, ref_m, ref_v, step_grads, strict=True):
+            tf.raw_ops.ResourceApplyAdam(
+                var=var.handle,
+                m=m.handle,
+                v=v.handle,
+                beta1_power=B1**t,
+                beta2_power=B2**t,
+                lr=0.01,
+                beta1=B1,
+                beta2=B2,
+                epsilon=1e-12,
+                grad=g,
+            )
+    for var, ref in zip(variables, reference, strict=True):
+        np.testing.assert_allclose(var.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_create_optimizer_multiplies_layerwise_factors_with_extra_multipliers():
+    kernel = tf.Variable(tf.ones((2, 2)))
+    head = tf.Variable(tf.ones((2,)))
+    variable_map = {
+        "electra/encoder/layer_0/output/dense/kernel": kernel,
+        "task_specific/sst/dense/bias": head,
+    }
+    optimizer = create_optimizer(
+        variable_map,
+        1e-4,
+        num_train_steps=100,
+        layerwise_lr_decay_power=0.5,
+        n_transformer_layers=1,
+        lr_multipliers={"electra/encoder/layer_0/output/dense/kernel": 3.0},
+        adam_bias_correction=True,
+    )
+    assert optimizer.lr_multiplier(kernel) == pytest.approx(0.25 * 3.0)
+    assert optimizer.lr_multiplier(head) == pytest.approx(1.0)
+    assert optimizer.bias_correction
 
 
 def test_create_optimizer_wires_schedule_decay_and_multipliers():

@@ -129,6 +129,9 @@ class FinetuningConfig:
     # The original gives the top transformer layer lr * decay^2 (issue #51); True gives it
     # lr * decay, one step below the head.
     fix_layerwise_top_layer: bool = False
+    # Adam's bias correction of its moments; the original's AdamW has none, which makes the
+    # first few hundred updates 2-6x the learning rate (see optimization.AdamWeightDecay).
+    adam_bias_correction: bool = False
     init_checkpoint: str | None = "auto"
     init_checkpoint_format: str = "auto"  # auto | native | original | hf
     vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt

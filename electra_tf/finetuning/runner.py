@@ -223,6 +223,7 @@ class ModelRunner:
             layerwise_lr_decay_power=config.layerwise_lr_decay,
             n_transformer_layers=self.model.model_config.num_hidden_layers,
             fix_layerwise_top_layer=config.fix_layerwise_top_layer,
+            adam_bias_correction=config.adam_bias_correction,
         )
         self.model.compile(optimizer=optimizer)
         every = config.log_every_steps or min(config.iterations_per_loop, 100)

@@ -176,6 +176,7 @@ def build_optimizer(config: PretrainingConfig, model: keras.Model) -> keras.opti
         weight_decay_rate=config.weight_decay_rate,
         warmup_steps=config.num_warmup_steps,
         lr_decay_power=config.lr_decay_power,
+        adam_bias_correction=config.adam_bias_correction,
     )
     if config.precision == "mixed_float16":
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
