@@ -21,6 +21,8 @@ def test_defaults_equal_the_original():
     assert (c.beam_size, c.answerable_weight, c.qa_na_threshold) == (20, 0.5, -2.75)
     assert c.double_unordered and c.joint_prediction and c.answerable_classifier
     assert (c.num_trials, c.fix_layerwise_top_layer) == (1, False)
+    # Ours, off by default: the original reads [CLS] and has no Adam bias correction.
+    assert (c.classifier_pooling, c.adam_bias_correction) == ("cls", False)
 
 
 @pytest.mark.parametrize(
@@ -73,6 +75,10 @@ def test_tasks_hparams_and_errors():
         finetuning_config("m", "d", {"layerwise_lr_decy": 0.9}, tasks="rte")
     with pytest.raises(ConfigError, match="unknown task 'wnli'"):
         finetuning_config("m", "d", None, tasks="wnli")
+    with pytest.raises(ConfigError, match="classifier_pooling: 'max'"):
+        finetuning_config("m", "d", {"classifier_pooling": "max"}, tasks="sst")
+    mean = finetuning_config("m", "d", {"classifier_pooling": "mean"}, "sst")
+    assert mean.classifier_pooling == "mean"
 
 
 def test_paths_as_the_original(tmp_path):

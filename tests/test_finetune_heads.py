@@ -53,6 +53,28 @@ def test_classification_head(hidden):
     assert not np.allclose(train_losses.numpy(), expected)
 
 
+def test_classification_head_mean_pooling_reads_real_tokens_only(hidden):
+    head = heads.ClassificationHead("sst", 2, pooling="mean")
+    labels = np.array([1, 0, 1])
+    mask = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]], np.int32)
+    features = {"sst_label_ids": labels, "input_mask": mask}
+    outputs = {"cls_output": hidden[:, 0], "sequence_output": hidden}
+    losses, out = head(outputs, features, training=False)
+    pooled = np.stack([hidden[b, mask[b] == 1].mean(0) for b in range(B)])
+    logits = np_dense(head.dense, pooled)
+    np.testing.assert_allclose(out["logits"].numpy(), logits, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        losses.numpy(), -log_softmax(logits)[np.arange(B), labels], rtol=1e-5
+    )
+    # Padding positions do not count: changing them leaves the logits alone.
+    padded = hidden.copy()
+    padded[mask == 0] = 100.0
+    _, again = head({"cls_output": padded[:, 0], "sequence_output": padded}, features)
+    np.testing.assert_allclose(again["logits"].numpy(), logits, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="pooling"):
+        heads.ClassificationHead("sst", 2, pooling="max")
+
+
 def test_regression_head(hidden):
     head = heads.RegressionHead("sts")
     targets = np.array([0.0, 0.5, 1.0], np.float32)

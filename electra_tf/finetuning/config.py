@@ -132,6 +132,9 @@ class FinetuningConfig:
     # Adam's bias correction of its moments; the original's AdamW has none, which makes the
     # first few hundred updates 2-6x the learning rate (see optimization.AdamWeightDecay).
     adam_bias_correction: bool = False
+    # What sentence-classification heads read: "cls" (the original: the final [CLS] vector) or
+    # "mean" (the mean of the final hidden states over real tokens).
+    classifier_pooling: str = "cls"
     init_checkpoint: str | None = "auto"
     init_checkpoint_format: str = "auto"  # auto | native | original | hf
     vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt
@@ -188,6 +191,10 @@ class FinetuningConfig:
         check_model_overrides(self.model_hparam_overrides, "model_hparam_overrides")
         if self.max_seq_length < 8:
             raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ConfigError(
+                f"classifier_pooling: {self.classifier_pooling!r} is not one of ['cls', 'mean']"
+            )
         return self
 
     # ------------------------------------------------------------------ derived values

@@ -160,7 +160,9 @@ class ClassificationTask(SentenceTask):
         return [FeatureSpec(f"{self.name}_eid", ()), FeatureSpec(f"{self.name}_label_ids", ())]
 
     def make_head(self) -> heads.ClassificationHead:
-        return heads.ClassificationHead(self.name, len(self.label_list))
+        return heads.ClassificationHead(
+            self.name, len(self.label_list), pooling=self.config.classifier_pooling
+        )
 
     def get_scorer(self, split: str = "dev") -> scorers.Scorer:
         return scorers.AccuracyScorer()

@@ -48,16 +48,48 @@ class _Head(keras.layers.Layer):
         return out
 
 
+POOLINGS = ("cls", "mean")
+
+
+def pooled_output(encoder_outputs, features, pooling: str) -> tf.Tensor:
+    """The sentence vector a head reads: [CLS] (the original) or the mean over real tokens.
+
+    "mean" (ours) averages `sequence_output` [B, L, H] over positions where `input_mask` is 1,
+    [CLS] and [SEP] included. Returns [B, H].
+    """
+    if pooling == "cls":
+        return encoder_outputs["cls_output"]
+    if pooling != "mean":
+        raise ValueError(f"pooling: {pooling!r} is not one of {list(POOLINGS)}")
+    sequence = encoder_outputs["sequence_output"]  # [B, L, H]
+    mask = tf.cast(features["input_mask"], sequence.dtype)[:, :, None]  # [B, L, 1]
+    total = tf.reduce_sum(sequence * mask, axis=1)  # [B, H]
+    return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+
+
 class ClassificationHead(_Head):
     """Dropout 0.1 then dense(num_labels) on the [CLS] vector (no pooler); softmax CE.
 
-    Inputs: `encoder_outputs["cls_output"]` [B, H], `features["<task>_label_ids"]` [B].
+    `pooling="mean"` (ours) reads the mean of the final hidden states over real tokens instead
+    of [CLS] (`pooled_output`).
+    Inputs: `encoder_outputs["cls_output"]` [B, H] (or `sequence_output` [B, L, H] and
+    `features["input_mask"]` [B, L] for "mean"), `features["<task>_label_ids"]` [B].
     Outputs: logits [B, C], predictions [B], label_ids [B], loss [B].
     """
 
-    def __init__(self, task_name: str, num_labels: int, dropout_rate: float = 0.1, **kwargs):
+    def __init__(
+        self,
+        task_name: str,
+        num_labels: int,
+        dropout_rate: float = 0.1,
+        pooling: str = "cls",
+        **kwargs,
+    ):
         super().__init__(task_name, **kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling: {pooling!r} is not one of {list(POOLINGS)}")
         self.num_labels = num_labels
+        self.pooling = pooling
         self.dropout = keras.layers.Dropout(dropout_rate)
         self.dense = self._add(_dense(num_labels, "dense"))
 
@@ -65,7 +97,7 @@ class ClassificationHead(_Head):
         return self.dense(self.dropout(cls_output, training=training))
 
     def call(self, encoder_outputs, features, training=False):
-        logits = self.logits(encoder_outputs["cls_output"], training)
+        logits = self.logits(pooled_output(encoder_outputs, features, self.pooling), training)
         label_ids = features[f"{self.task_name}_label_ids"]
         log_probs = tf.nn.log_softmax(logits, axis=-1)
         labels = tf.one_hot(label_ids, self.num_labels, dtype=log_probs.dtype)
