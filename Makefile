@@ -70,8 +70,9 @@ bench: $(STAMP)
 bench-data: $(STAMP)
 	$(PY) bench/bench_data.py
 
+# BASELINE=<another checkout>: its export timed in the same run (bench/README.md#serving-latency).
 bench-serve: $(STAMP)
-	$(PY) bench/bench_serve.py
+	$(PY) bench/bench_serve.py $(if $(BASELINE),--baseline $(BASELINE),)
 
 # Where a step's time goes (issue #16): op-level shares of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.

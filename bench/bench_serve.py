@@ -3,39 +3,52 @@
 Exports a randomly initialised ELECTRA-Small discriminator (the `small` preset) with this
 project's serving signatures, loads the SavedModel back with `tf.saved_model.load` and times
 `serving_default` (raw strings, tokenized in the graph) and `encode_ids` (token ids) at
-batch 1 and 32, sequence length 128. In the same run, a separate interpreter (`--hf-python`,
-with torch and transformers, which are not project dependencies) times Hugging Face
-`ElectraForPreTraining` of the same shape on random token ids. Prints median milliseconds.
+batch 1 and 32, sequence length 128: `--warmup` calls, then `--calls` timed calls (at least 50)
+per signature and batch. Reported per row: p50 and p99 latency, and requests/s (one request =
+one text or one row of ids; batch / mean call latency).
 
-    python bench/bench_serve.py [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
+Rows, all from one run:
+
+- `electra-tf`: the export as `make export` writes it (Grappler fuses the encoder's dense
+  layers, LayerNorms and attention products into oneDNN kernels when it loads the model);
+- `electra-tf, jit_compile`: the same weights exported with `--jit-compile` (XLA), unless
+  `--no-xla`;
+- `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
+  (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH is
+  DIR;
+- `HF PyTorch`: `ElectraForPreTraining` of the same shapes on random ids, under `--hf-python`
+  (an interpreter with torch and transformers, which are not project dependencies).
+
+    python bench/bench_serve.py [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
+        [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEQ_LEN = 128
-BATCHES = (1, 32)
+SIGNATURES = ("serving_default", "encode_ids")
 VOCAB_CANDIDATES = (
     os.environ.get("ELECTRA_VOCAB", ""),
     os.path.join(REPO, "..", "shared", "data", "vocab", "bert-uncased-vocab.txt"),
 )
 
-# Runs under --hf-python. The same shapes as the small preset's discriminator.
+# Runs under --hf-python. The same shapes as the small preset's discriminator; prints one JSON
+# line per batch size with every timed call's seconds.
 HF_CODE = r"""
-import json, statistics, sys, time
+import json, sys, time
 import torch
 from transformers import ElectraConfig, ElectraForPreTraining
-warmup, iters, seq = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+warmup, calls, seq = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)
 model = ElectraForPreTraining(ElectraConfig(
     vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
@@ -44,12 +57,12 @@ for batch in map(int, sys.argv[4].split(",")):
     ids = torch.randint(1000, 30522, (batch, seq))
     times = []
     with torch.inference_mode():
-        for i in range(warmup + iters):
+        for i in range(warmup + calls):
             start = time.perf_counter()
             model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum().item()
             times.append(time.perf_counter() - start)
-    print(json.dumps({"batch": batch, "median_ms": 1000 * statistics.median(times[warmup:]),
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    print(json.dumps({"batch": batch, "seconds": times[warmup:], "torch": torch.__version__,
+                      "threads": torch.get_num_threads()}))
 """
 
 
@@ -60,9 +73,19 @@ def parse_args() -> argparse.Namespace:
     )
     default_hf = "/tmp/hfenv/bin/python"
     parser.add_argument("--hf-python", default=default_hf if os.path.exists(default_hf) else "")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=20)
-    return parser.parse_args()
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=50, help="timed calls per row (>= 50)")
+    parser.add_argument("--baseline", help="another checkout of the project to time as well")
+    parser.add_argument("--no-xla", action="store_true", help="skip the jit_compile export")
+    parser.add_argument("--batches", default="1,32", help="batch sizes (default 1,32)")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
+    # Internal: what a --baseline subprocess is asked for.
+    parser.add_argument("--tf-json", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.calls < 50:
+        parser.error("--calls: p99 needs at least 50 calls")
+    args.batches = tuple(int(b) for b in args.batches.split(","))
+    return args
 
 
 def find_vocab(given: str | None, workdir: str) -> tuple[str, str]:
@@ -82,29 +105,40 @@ def find_vocab(given: str | None, workdir: str) -> tuple[str, str]:
     return path, "generated (30,522 entries)"
 
 
-def sample_texts(vocab_file: str, batch: int) -> list[str]:
-    """Texts of whole vocabulary words, long enough to fill 128 tokens after truncation."""
+def sample_texts(vocab_file: str, batch: int, seq_len: int) -> list[str]:
+    """Texts of whole vocabulary words, long enough to fill `seq_len` tokens after truncation."""
     with open(vocab_file, encoding="utf-8") as f:
         words = [w.strip() for w in f if w.strip().isalpha() and w.strip().islower()]
     words = words[1000:] or words
     return [
-        " ".join(words[(i * 131 + j * 7) % len(words)] for j in range(SEQ_LEN * 2))
+        " ".join(words[(i * 131 + j * 7) % len(words)] for j in range(seq_len * 2))
         for i in range(batch)
     ]
 
 
-def median_ms(fn, warmup: int, iters: int) -> float:
+def timed(fn, warmup: int, calls: int) -> list[float]:
+    """Seconds of each of `calls` calls of `fn`, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
     times = []
-    for _ in range(warmup + iters):
+    for _ in range(calls):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times[warmup:])
+    return times
 
 
-def bench_tf(
-    vocab_file: str, workdir: str, warmup: int, iters: int
-) -> dict[tuple[str, int], float]:
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile, linear between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> dict:
+    """{variant: {signature: {batch: [seconds per call]}}} for this checkout's exports."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
 
@@ -116,39 +150,116 @@ def bench_tf(
     config = pretraining_config("bench", preset="small")
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())
-    module = serving_module("discriminator", model, vocab_file, SEQ_LEN)
-    spec = ExportSpec("discriminator", "electra_small", module, "{}", vocab_file, {})
-    path = write_export(spec, workdir, None, False)
-    loaded = tf.saved_model.load(path)
-    serve, encode = loaded.signatures["serving_default"], loaded.signatures["encode_ids"]
+    variants = {"electra-tf": {}}
+    # A checkout from before the option (a --baseline) has no jit_compile export.
+    if not args.no_xla and "jit_compile" in inspect.signature(serving_module).parameters:
+        variants["electra-tf, jit_compile"] = {"jit_compile": True}
     results = {}
-    for batch in BATCHES:
-        texts = tf.constant(sample_texts(vocab_file, batch))
-        features = loaded.signatures["tokenize"](text=texts)
-        assert features["input_ids"].shape == (batch, SEQ_LEN), features["input_ids"].shape
-        ids = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
-        print(f"timing electra-tf batch {batch}", file=sys.stderr, flush=True)
-        results[("raw text", batch)] = median_ms(
-            lambda t=texts: serve(text=t)["replaced_probability"].numpy(), warmup, iters
-        )
-        results[("token ids", batch)] = median_ms(
-            lambda i=ids: encode(**i)["replaced_probability"].numpy(), warmup, iters
-        )
+    for variant, options in variants.items():
+        module = serving_module("discriminator", model, vocab_file, args.seq, **options)
+        name = "electra_small_xla" if options else "electra_small"
+        spec = ExportSpec("discriminator", name, module, "{}", vocab_file, {})
+        loaded = tf.saved_model.load(write_export(spec, workdir, None, False))
+        results[variant] = {signature: {} for signature in SIGNATURES}
+        for batch in args.batches:
+            texts = tf.constant(sample_texts(vocab_file, batch, args.seq))
+            features = loaded.signatures["tokenize"](text=texts)
+            assert features["input_ids"].shape == (batch, args.seq), features["input_ids"].shape
+            ids = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+            serve, encode = loaded.signatures["serving_default"], loaded.signatures["encode_ids"]
+            calls_of = {
+                "serving_default": lambda f=serve, t=texts: f(text=t),
+                "encode_ids": lambda f=encode, i=ids: f(**i),
+            }
+            for signature in SIGNATURES:
+                print(f"timing {variant} {signature} batch {batch}", file=sys.stderr, flush=True)
+                call = calls_of[signature]
+                results[variant][signature][batch] = timed(
+                    lambda c=call: c()["replaced_probability"].numpy(), args.warmup, args.calls
+                )
     return results
 
 
-def bench_hf(hf_python: str, warmup: int, iters: int) -> tuple[dict[int, float], str]:
+def bench_baseline(directory: str, vocab_file: str, args: argparse.Namespace) -> tuple[dict, str]:
+    """This script's TF timings, run against the project checkout at `directory`."""
+    with tempfile.TemporaryDirectory() as workdir:
+        out = os.path.join(workdir, "baseline.json")
+        command = [sys.executable, os.path.abspath(__file__), "--tf-json", out, "--no-xla"]
+        command += ["--vocab-file", vocab_file, "--warmup", str(args.warmup)]
+        command += ["--calls", str(args.calls), "--seq", str(args.seq)]
+        command += ["--batches", ",".join(map(str, args.batches))]
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(directory))
+        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["?"])[-1]
+            return {}, f"skipped ({directory} failed: {last})"
+        with open(out, encoding="utf-8") as f:
+            timings = json.load(f)["electra-tf"]
+    revision = subprocess.run(
+        ["git", "-C", directory, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    ).stdout.strip()
+    return {"baseline": _int_batches(timings)}, f"{directory} ({revision[:60] or 'no git'})"
+
+
+def _int_batches(timings: dict) -> dict:
+    """JSON keys are strings: batch sizes back to ints."""
+    return {sig: {int(b): t for b, t in by_batch.items()} for sig, by_batch in timings.items()}
+
+
+def bench_hf(hf_python: str, args: argparse.Namespace) -> tuple[dict, str]:
     if not hf_python or not os.path.exists(hf_python):
         return {}, "skipped (no --hf-python interpreter; see the README)"
-    command = [hf_python, "-c", HF_CODE, str(warmup), str(iters), str(SEQ_LEN)]
-    command.append(",".join(map(str, BATCHES)))
+    command = [hf_python, "-c", HF_CODE, str(args.warmup), str(args.calls), str(args.seq)]
+    command.append(",".join(map(str, args.batches)))
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         last = (run.stderr.strip().splitlines() or ["?"])[-1]
         return {}, f"skipped ({hf_python} failed: {last})"
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     note = f"torch {rows[0]['torch']}, {rows[0]['threads']} threads" if rows else ""
-    return {r["batch"]: r["median_ms"] for r in rows}, note
+    return {"HF PyTorch": {"encode_ids": {r["batch"]: r["seconds"] for r in rows}}}, note
+
+
+def stats(seconds: list[float], batch: int) -> dict[str, float]:
+    return {
+        "p50": 1000 * percentile(seconds, 50),
+        "p99": 1000 * percentile(seconds, 99),
+        "requests_per_s": batch * len(seconds) / sum(seconds),
+    }
+
+
+def print_report(results: dict, notes: list[str], args: argparse.Namespace) -> None:
+    import tensorflow as tf
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\nELECTRA-Small discriminator, seq {args.seq}; {args.calls} timed calls per row after "
+          f"{args.warmup} warm-up; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+          f"load average {load:.1f}; TensorFlow {tf.__version__}; " + "; ".join(notes) + "\n")  # fmt: skip
+    print("| model | signature | batch | p50 (ms) | p99 (ms) | requests/s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for variant, by_signature in results.items():
+        for signature, by_batch in by_signature.items():
+            for batch, seconds in sorted(by_batch.items()):
+                s = stats(seconds, batch)
+                print(f"| {variant} | `{signature}` | {batch} | {s['p50']:.1f} | {s['p99']:.1f} "
+                      f"| {s['requests_per_s']:.1f} |")  # fmt: skip
+    p50 = {
+        (variant, signature, batch): percentile(seconds, 50)
+        for variant, by_signature in results.items()
+        for signature, by_batch in by_signature.items()
+        for batch, seconds in by_batch.items()
+    }
+    print("\nRatios of p50 latencies (> 1: the first is faster):")
+    for variant in [v for v in results if v.startswith("electra-tf")]:
+        for batch in args.batches:
+            ours = p50[(variant, "encode_ids", batch)]
+            for peer in ("HF PyTorch", "baseline"):
+                if (peer, "encode_ids", batch) in p50:
+                    ratio = p50[(peer, "encode_ids", batch)] / ours
+                    print(f"- {variant} `encode_ids` vs {peer}, batch {batch}: {ratio:.2f}x")
+            text = p50[(variant, "serving_default", batch)]
+            print(f"- {variant} `serving_default` / `encode_ids`, batch {batch}: "
+                  f"{text / ours:.2f} (raw text's cost over ids)")  # fmt: skip
 
 
 def main() -> None:
@@ -156,24 +267,20 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory() as workdir:
         vocab_file, vocab_note = find_vocab(args.vocab_file, workdir)
-        tf_results = bench_tf(vocab_file, workdir, args.warmup, args.iters)
-    hf_results, hf_note = bench_hf(args.hf_python, args.warmup, args.iters)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nELECTRA-Small discriminator, seq {SEQ_LEN}, median of {args.iters} calls "
-          f"after {args.warmup} warm-up; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-          f"load average {load:.1f}; vocab: {vocab_note}; HF: {hf_note}\n")  # fmt: skip
-    print("| model | input | batch 1 (ms) | batch 32 (ms) |")
-    print("| --- | --- | --- | --- |")
-    for kind in ("raw text", "token ids"):
-        cells = " | ".join(f"{tf_results[(kind, b)]:.1f}" for b in BATCHES)
-        print(
-            f"| electra-tf SavedModel `{'serving_default' if kind == 'raw text' else 'encode_ids'}` | {kind} | {cells} |"
-        )
-    if hf_results:
-        cells = " | ".join(f"{hf_results[b]:.1f}" for b in BATCHES)
-        print(f"| HF PyTorch ElectraForPreTraining | token ids | {cells} |")
-    else:
-        print(f"| HF PyTorch ElectraForPreTraining | token ids | {hf_note} | |")
+        results = bench_tf(vocab_file, workdir, args)
+        if args.tf_json:
+            with open(args.tf_json, "w", encoding="utf-8") as f:
+                json.dump(results, f)
+            return
+        notes = [f"vocab: {vocab_note}"]
+        if args.baseline:
+            baseline, note = bench_baseline(args.baseline, vocab_file, args)
+            results.update(baseline)
+            notes.append(f"baseline: {note}")
+    hf, hf_note = bench_hf(args.hf_python, args)
+    results.update(hf)
+    notes.append(f"HF: {hf_note}")
+    print_report(results, notes, args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """SavedModels for TF Serving: `python -m electra_tf.export` (behind `make export`).
 
     python -m electra_tf.export --data-dir D --model-name M [--task T] [--kind K]
-        [--output-dir DIR] [--version N] [--overwrite]
+        [--output-dir DIR] [--version N] [--overwrite] [--jit-compile]
 
 Without `--task` it exports the pre-trained discriminator (replaced-token probabilities and a
 sentence score; for an Electric model, Electric's log-likelihood estimates per token and per
@@ -45,6 +45,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--version", type=int, help="default: one past the highest existing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
     parser.add_argument("--max-seq-length", type=int, help="default: the config's max_seq_length")
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="compile the model's forward pass with XLA (TF Serving then needs "
+        "--xla_cpu_compilation_enabled=true; XLA compiles once per input shape)",
+    )
     parser.add_argument(
         "--pretrained",
         help="without --task: a shipped model folder (weights + vocab.txt), as --checkpoint "
@@ -96,13 +102,13 @@ def _export(
     if args.task:
         spec = sources.task_spec(
             args.model_name, model_dir, args.task, args.trial, args.checkpoint,
-            args.vocab_file, args.max_seq_length,
+            args.vocab_file, args.max_seq_length, args.jit_compile,
         )  # fmt: skip
         specs = [spec]
     else:
         specs = sources.pretrained_specs(
             args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
-            args.max_seq_length,
+            args.max_seq_length, args.jit_compile,
         )  # fmt: skip
     for spec in specs:
         path = write_export(spec, output_dir, args.version, args.overwrite)

@@ -8,6 +8,7 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
+    apply_layer_norm,
     build_sublayer,
     layer_norm,
     layer_norm_map,
@@ -73,7 +74,7 @@ class Embeddings(ConfiguredLayer):
         # The original uses a one-hot matmul for token types; a gather is the same numbers.
         types = tf.gather(self.token_type_embeddings, segment_ids)  # [batch, seq_len, width]
         positions = self.position_embeddings[:seq_len][tf.newaxis]  # [1, seq_len, width]
-        embeddings = self.layer_norm(words + types + positions)
+        embeddings = apply_layer_norm(self.layer_norm, words + types + positions, training)
         return self.dropout(embeddings, training=training)
 
     def variable_map(self, scope: str = "electra") -> dict[str, tf.Variable]:

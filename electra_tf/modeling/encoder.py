@@ -84,7 +84,7 @@ class TransformerEncoder(ConfiguredLayer):
             return
         self.embeddings.build(None)
         if self.embeddings_project is not None:
-            build_sublayer(self.embeddings_project, [None, None, self.config.embedding_width])
+            build_sublayer(self.embeddings_project, [None, self.config.embedding_width])
         for layer in self.transformer_layers:
             build_sublayer(layer, None)
         super().build(input_shape)
@@ -96,7 +96,11 @@ class TransformerEncoder(ConfiguredLayer):
         embedding_output = self.embeddings(input_ids, segment_ids, training=training)
         hidden = embedding_output
         if self.embeddings_project is not None:
-            hidden = self.embeddings_project(hidden)
+            # On 2-D rows, so that the projection is one fusable MatMul + BiasAdd (see
+            # TransformerLayer); [batch * seq_len, embedding_width] -> [batch, seq_len, hidden].
+            rows = tf.reshape(hidden, [-1, self.config.embedding_width])
+            shape = tf.concat([tf.shape(hidden)[:-1], [self.config.hidden_size]], 0)
+            hidden = tf.reshape(self.embeddings_project(rows), shape)
         # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
         key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
         if self.attention_direction != "bidirectional":

@@ -126,12 +126,16 @@ class DiscriminatorHead(ConfiguredLayer):
     def build(self, input_shape=None):
         if self.built:
             return
-        build_sublayer(self.dense, [None, None, self.config.hidden_size])
-        build_sublayer(self.dense_1, [None, None, self.config.hidden_size])
+        build_sublayer(self.dense, [None, self.config.hidden_size])
+        build_sublayer(self.dense_1, [None, self.config.hidden_size])
         super().build(input_shape)
 
     def call(self, sequence_output):
-        return tf.squeeze(self.dense_1(self.dense(sequence_output)), -1)  # [batch, seq_len]
+        # On [batch * seq_len, hidden] rows: each dense is then one fusable MatMul + BiasAdd
+        # (+ GELU) instead of tensordot's reshapes around a MatMul (see TransformerLayer).
+        rows = tf.reshape(sequence_output, [-1, self.config.hidden_size])
+        logits = self.dense_1(self.dense(rows))  # [batch * seq_len, 1]
+        return tf.reshape(logits, tf.shape(sequence_output)[:-1])  # [batch, seq_len]
 
     def variable_map(self, scope: str = "discriminator_predictions") -> dict[str, tf.Variable]:
         require_built(self)

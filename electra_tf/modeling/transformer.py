@@ -10,6 +10,7 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
+    apply_layer_norm,
     build_sublayer,
     dense_map,
     layer_norm,
@@ -24,7 +25,14 @@ class TransformerLayer(ConfiguredLayer):
 
     x -> attention(x) -> dropout -> LayerNorm(x + .) -> dense(F, erf-gelu) -> dense(H) -> dropout
     -> LayerNorm(. + residual). Q/K/V kernels are stored [H, H] (the TF1 layout); heads are split
-    by a reshape, and both attention products are batched einsums.
+    by a reshape and a transpose, and both attention products are batched matmuls.
+
+    The block works on [batch * seq_len, hidden] rows, as the original's `transformer_model`
+    does: every dense layer is then one MatMul + BiasAdd (+ GELU), which Grappler fuses into one
+    kernel; a dense layer on 3-D input goes through tensordot, whose reshape between the MatMul
+    and the BiasAdd blocks that fusion. The scores are scaled after the product, as in the
+    original, so that the scale and the mask become the product's fused post-ops
+    (`_MklFusedBatchMatMulV2` under oneDNN).
 
     Args:
         config: the encoder config (hidden size, heads, FFN size, dropout, init range).
@@ -80,43 +88,55 @@ class TransformerLayer(ConfiguredLayer):
         if self.built:
             return
         hidden, ffn = self.config.hidden_size, self.config.intermediate_size
+        # Every sublayer runs on [batch * seq_len, width] rows (see the class docstring).
         for layer in (self.query, self.key, self.value, self.attention_output):
-            build_sublayer(layer, [None, None, hidden])
-        build_sublayer(self.attention_layer_norm, [None, None, hidden])
-        build_sublayer(self.intermediate, [None, None, hidden])
-        build_sublayer(self.output_dense, [None, None, ffn])
-        build_sublayer(self.output_layer_norm, [None, None, hidden])
+            build_sublayer(layer, [None, hidden])
+        build_sublayer(self.attention_layer_norm, [None, hidden])
+        build_sublayer(self.intermediate, [None, hidden])
+        build_sublayer(self.output_dense, [None, ffn])
+        build_sublayer(self.output_layer_norm, [None, hidden])
         super().build(input_shape)
 
-    def _split_heads(self, x):
-        batch, seq_len = tf.shape(x)[0], tf.shape(x)[1]
+    def _split_heads(self, rows, batch, seq_len):
+        """[batch * seq_len, hidden] -> [batch, heads, seq_len, head_size]."""
         # [batch, seq_len, heads, head_size]
-        return tf.reshape(x, [batch, seq_len, self.num_heads, self.head_size])
+        x = tf.reshape(rows, [batch, seq_len, self.num_heads, self.head_size])
+        return tf.transpose(x, [0, 2, 1, 3])
 
-    def attention_probs(self, hidden, attention_bias):
-        """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
-        # Scaling q (L*H values) rather than the scores (L*L per head) is cheaper; same math.
-        query = self._split_heads(self.query(hidden)) * (1.0 / math.sqrt(self.head_size))
-        key = self._split_heads(self.key(hidden))
-        scores = tf.einsum("bqnd,bknd->bnqk", query, key)  # [batch, heads, seq_q, seq_k]
-        scores += tf.cast(attention_bias, scores.dtype)
+    def _attention_probs(self, rows, batch, seq_len, attention_bias):
+        query = self._split_heads(self.query(rows), batch, seq_len)
+        key = self._split_heads(self.key(rows), batch, seq_len)
+        scores = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
+        # The scale and the bias in this form (a scalar Mul, then an AddV2 of a
+        # [batch, 1, ., seq_k] tensor) are what oneDNN fuses into the product.
+        scores = scores * (1.0 / math.sqrt(self.head_size))
+        scores = scores + tf.cast(attention_bias, scores.dtype)
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
         return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
 
+    def attention_probs(self, hidden, attention_bias):
+        """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
+        batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
+        rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
+        return self._attention_probs(rows, batch, seq_len, attention_bias)
+
     def call(self, hidden, attention_bias, training=False):
         batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
-        value = self._split_heads(self.value(hidden))
+        rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
+        value = self._split_heads(self.value(rows), batch, seq_len)
         probs = self.attention_dropout(
-            self.attention_probs(hidden, attention_bias), training=training
+            self._attention_probs(rows, batch, seq_len, attention_bias), training=training
         )
-        context = tf.einsum("bnqk,bknd->bqnd", probs, value)  # [batch, seq_q, heads, head_size]
-        # [batch, seq_len, hidden]
-        context = tf.reshape(context, [batch, seq_len, self.config.hidden_size])
+        context = tf.matmul(probs, value)  # [batch, heads, seq_q, head_size]
+        context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
+        # [batch * seq_len, hidden]
+        context = tf.reshape(context, [-1, self.config.hidden_size])
         attention = self.hidden_dropout(self.attention_output(context), training=training)
-        attention = self.attention_layer_norm(attention + hidden)
+        attention = apply_layer_norm(self.attention_layer_norm, attention + rows, training)
         ffn = self.output_dense(self.intermediate(attention))
         ffn = self.hidden_dropout(ffn, training=training)
-        return self.output_layer_norm(ffn + attention)
+        output = apply_layer_norm(self.output_layer_norm, ffn + attention, training)
+        return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
     def variable_map(self, prefix: str) -> dict[str, tf.Variable]:
         """Original names under `prefix` (e.g. `electra/encoder/layer_3`) -> variables."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import tensorflow as tf
 import tf_keras as keras
 
@@ -26,6 +30,66 @@ def layer_norm(name: str = "LayerNorm", dtype=None) -> keras.layers.LayerNormali
     return keras.layers.LayerNormalization(
         axis=-1, epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype
     )
+
+
+# Whether inference LayerNorms are being traced for serving (`serving_layer_norms`).
+_serving_trace = threading.local()
+
+
+@contextlib.contextmanager
+def serving_layer_norms() -> Iterator[None]:
+    """Within this block, `apply_layer_norm` writes inference LayerNorms in the form that
+    Grappler fuses into one oneDNN kernel (see there). The serving signatures are traced in it.
+
+    Scoped to serving graphs on purpose: where Grappler does not fuse it (eagerly, or in a
+    graph that also takes gradients), that form runs oneDNN's FusedBatchNorm kernel, which is
+    less accurate than the Keras layer on rows whose mean is large next to their spread (an
+    error of 1e-3 where the layer's is 2e-4, on a row of mean 1 and spread 1e-3); the fused
+    `_MklLayerNorm` is as accurate as the layer or better. Training, evaluation and eager
+    calls keep the Keras layer.
+    """
+    previous = getattr(_serving_trace, "active", False)
+    _serving_trace.active = True
+    try:
+        yield
+    finally:
+        _serving_trace.active = previous
+
+
+def apply_layer_norm(
+    norm: keras.layers.LayerNormalization, x: tf.Tensor, training: bool = False
+) -> tf.Tensor:
+    """`norm(x)` over the last axis, with the same variables and epsilon; when tracing a serving
+    signature (`serving_layer_norms`), not training, in float32, written so that it fuses.
+
+    tf_keras' LayerNormalization with the original's epsilon of 1e-12 cannot use its
+    FusedBatchNorm path (that op's Python wrapper raises epsilon to 1.001e-5), so it is eight
+    elementwise and reduction ops. Grappler's oneDNN remapper fuses exactly one LayerNorm
+    pattern into `_MklLayerNorm`: Reshape -> FusedBatchNormV3 (training mode, unit scale, zero
+    offset, empty mean/variance) -> Reshape -> Mul(gamma) -> AddV2(beta), on 2-D or 3-D input.
+    The raw op keeps epsilon at 1e-12, and the remapper copies it into the fused kernel.
+    """
+    tracing = getattr(_serving_trace, "active", False) and not tf.executing_eagerly()
+    if training or not tracing or norm.compute_dtype != "float32":
+        return norm(x)
+    shape = tf.shape(x)
+    width = x.shape[-1]
+    rows = tf.reduce_prod(shape[:-1])
+    # [1, rows, width, 1]: FusedBatchNorm in NCHW normalises each channel (here: each row) over
+    # the batch and spatial dimensions (here: the row's `width` values), with batch statistics.
+    channels = tf.reshape(x, [1, rows, width, 1])
+    empty = tf.constant([], tf.float32)
+    normalised = tf.raw_ops.FusedBatchNormV3(
+        x=channels,
+        scale=tf.ones([rows]),
+        offset=tf.zeros([rows]),
+        mean=empty,
+        variance=empty,
+        epsilon=norm.epsilon,
+        data_format="NCHW",
+        is_training=True,
+    )[0]
+    return tf.reshape(normalised, shape) * norm.gamma + norm.beta
 
 
 def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:

@@ -36,6 +36,7 @@ def serving_module(
     strip_accents: bool = True,
     task: Any = None,
     all_tasks: list[Any] | None = None,
+    jit_compile: bool = False,
 ) -> ServingModule:
     """The `ServingModule` for `model`.
 
@@ -46,28 +47,30 @@ def serving_module(
             exported one of its `all_tasks`, default `[task]`).
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
+        jit_compile: compile the model's forward pass with XLA (`ServingModule`).
     """
     from electra_tf.data.tokenization import load_vocab, vocab_tokens
 
     vocab = load_vocab(vocab_file)
     tokenizer = _tokenizer(vocab_file, do_lower_case, strip_accents)
     tokens = vocab_tokens(vocab)
+    module = functools.partial(ServingModule, jit_compile=jit_compile)
     if kind == "discriminator":
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return ServingModule(lambda f: model(f, training=False), model, featurizer, tokens, kind)
+        return module(lambda f: model(f, training=False), model, featurizer, tokens, kind)
     if kind == "electric":
         special = {"cls_id": vocab["[CLS]"], "sep_id": vocab["[SEP]"], "mask_id": vocab["[MASK]"]}
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return ServingModule(
+        return module(
             lambda f: score_features(model, f, **special), model, featurizer, tokens, kind
         )
     if kind == "encoder":
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return ServingModule(lambda f: model(f, training=False), model, featurizer, tokens, kind)
+        return module(lambda f: model(f, training=False), model, featurizer, tokens, kind)
     if kind != "task":
         raise ValueError(f"kind {kind!r} is not discriminator, electric, encoder or task")
     tasks = all_tasks or [task]
-    return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length)
+    return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length, module)
 
 
 def _task_features(tasks: list[Any], features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -82,7 +85,9 @@ def _task_features(tasks: list[Any], features: dict[str, tf.Tensor]) -> dict[str
     return out
 
 
-def _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length) -> ServingModule:
+def _task_module(
+    model, task, tasks, tokenizer, vocab, tokens, max_seq_length, module=ServingModule
+) -> ServingModule:
     from electra_tf.finetuning.glue import ClassificationTask, RegressionTask
     from electra_tf.finetuning.qa import QATask
     from electra_tf.finetuning.tagging import TaggingTask
@@ -97,12 +102,12 @@ def _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length) -
         pair = task.columns[1] is not None
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
         if isinstance(task, ClassificationTask):
-            return ServingModule(
+            return module(
                 head_outputs, model, featurizer, tokens, "classification", pair,
                 label_names=task.label_strings(),
             )  # fmt: skip
         # Training targets are (label - min) / max (the original's normalisation): undo it.
-        return ServingModule(
+        return module(
             head_outputs, model, featurizer, tokens, "regression", pair,
             score_scale=task.max_value, score_offset=task.min_value,
         )  # fmt: skip
@@ -112,7 +117,7 @@ def _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length) -
         featurizer = TextFeaturizer(
             tokenizer, vocab, max_seq_length, "first_fixed", task.config.max_query_length
         )
-        return ServingModule(
+        return module(
             head_outputs, model, featurizer, tokens, "qa", pair=True,
             max_answer_length=task.config.max_answer_length,
         )  # fmt: skip
@@ -132,7 +137,7 @@ def _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length) -
             return outputs[name]
 
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length, single_segment_id=1)
-        return ServingModule(tag_logits, model, featurizer, tokens, "tagging", label_names=labels)
+        return module(tag_logits, model, featurizer, tokens, "tagging", label_names=labels)
     raise ExportError(f"task {name}: no serving signature for {type(task).__name__}")
 
 
@@ -157,6 +162,7 @@ def save_for_serving(
     strip_accents: bool = True,
     task: Any = None,
     electric: bool | None = None,
+    jit_compile: bool = False,
 ) -> str:
     """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
 
@@ -171,6 +177,7 @@ def save_for_serving(
         electric: whether an `ElectraDiscriminator` comes from an Electric model (its head
             outputs energies: the export scores text, kind "electric"); None reads
             `config.electric_objective` (False without a pre-training config).
+        jit_compile: compile the model's forward pass with XLA (`ServingModule`).
     """
     if electric is None:
         electric = bool(getattr(config, "electric_objective", False))
@@ -188,8 +195,9 @@ def save_for_serving(
     model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
     check_length(max_seq_length, model_config)
     module = serving_module(
-        kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task
-    )
+        kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
+        jit_compile=jit_compile,
+    )  # fmt: skip
     info = {"max_seq_length": max_seq_length, "model_config": model_config.to_dict()}
     if task is not None:
         info["task"] = task.name

@@ -33,15 +33,25 @@ The outputs depend on `kind` (each [batch, ...], so TF Serving's row format work
   (the original tags only a word's first sub-token).
 
 Every kind also returns `input_mask` [B, L] and, except the encoder, `tokens` [B, L].
+
+Speed: the model's LayerNorms are traced in the form that Grappler's oneDNN remapper fuses
+(`modeling.utils.serving_layer_norms`); with the dense layers on 2-D rows and the attention
+scores scaled after the product, every matmul of the encoder runs as one oneDNN kernel with its
+bias, GELU, scale or mask fused (`tests/test_serving_graph.py` checks the optimized graph).
+Those are rewrites at load time: the SavedModel holds standard ops only. `jit_compile=True`
+instead compiles the model's forward pass with XLA (an experimental flag in TF Serving; see
+the README's serving section).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from electra_tf.modeling.utils import serving_layer_norms
 from electra_tf.serving.featurizer import TextFeaturizer
 
 KINDS = ("discriminator", "electric", "encoder", "classification", "regression", "qa", "tagging")
@@ -87,6 +97,9 @@ class ServingModule(tf.Module):
         label_names: class names (classification) or tag names (tagging).
         score_scale, score_offset: regression output = prediction * scale + offset.
         max_answer_length: QA spans longer than this many tokens are not candidates.
+        jit_compile: compile `predict` (the model, not the tokenizer or the string outputs,
+            which XLA cannot compile) with XLA. TF Serving runs such a model only with
+            `--xla_cpu_compilation_enabled=true`, and XLA compiles once per input shape.
     """
 
     def __init__(
@@ -101,6 +114,7 @@ class ServingModule(tf.Module):
         score_scale: float = 1.0,
         score_offset: float = 0.0,
         max_answer_length: int = 30,
+        jit_compile: bool = False,
         name: str = "electra_serving",
     ):
         super().__init__(name=name)
@@ -108,7 +122,12 @@ class ServingModule(tf.Module):
             raise ValueError(f"kind {kind!r} is not one of {KINDS}")
         if kind in ("classification", "tagging") and not label_names:
             raise ValueError(f"kind {kind!r} needs label_names")
-        self._predict = predict
+        self.jit_compile = jit_compile
+        # Only the model's forward pass: the featurizer's string ops and the post-processing's
+        # token strings stay outside the XLA cluster.
+        self._predict = (
+            tf.function(predict, jit_compile=True, autograph=False) if jit_compile else predict
+        )
         # Only the variables are tracked, not the Keras model: the signatures capture them, and
         # this avoids Keras' own SavedModel serialisation (its traced call functions).
         self.model_variables = list(model.variables)
@@ -146,11 +165,14 @@ class ServingModule(tf.Module):
             )
         )
         ids = _ids_spec()
-        signatures = {
-            "serving_default": serve.get_concrete_function(*specs),
-            "encode_ids": encode.get_concrete_function(**ids),
-            "tokenize": tokenize.get_concrete_function(*specs),
-        }
+        # XLA fuses the LayerNorm's ops itself; the fusable form is for Grappler's remapper.
+        fused_norms = contextlib.nullcontext() if self.jit_compile else serving_layer_norms()
+        with fused_norms:
+            signatures = {
+                "serving_default": serve.get_concrete_function(*specs),
+                "encode_ids": encode.get_concrete_function(**ids),
+                "tokenize": tokenize.get_concrete_function(*specs),
+            }
         if self.kind == "electric":
             signatures["score_text"] = signatures["serving_default"]
         return signatures
@@ -163,7 +185,13 @@ class ServingModule(tf.Module):
         return self.outputs(self.featurizer(*checked_text(text_a, text_b)))
 
     def outputs(self, features: dict[str, tf.Tensor]) -> RawOutputs:
-        features = {k: tf.cast(v, tf.int32) for k, v in features.items()}
+        # The ids' rank, stated inside the function: a Session (TF Serving's path) optimizes a
+        # SavedModel's functions without the signature's shapes, and the oneDNN LayerNorm and
+        # attention fusions need known ranks (without this, the embedding LayerNorm and every
+        # attention product stayed unfused there).
+        features = {
+            k: tf.ensure_shape(tf.cast(v, tf.int32), [None, None]) for k, v in features.items()
+        }
         raw = self._predict(features)
         result = getattr(self, f"_{self.kind}")(features, raw)
         result["input_mask"] = features["input_mask"]

@@ -106,6 +106,7 @@ def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwri
     info = {
         **spec.info,
         "kind": spec.kind,
+        "jit_compile": bool(getattr(spec.module, "jit_compile", False)),
         "signatures": {
             key: {
                 # Positional specs (the text signatures) are in [0], keyword ones in [1].

@@ -36,6 +36,7 @@ def pretrained_specs(
     checkpoint: str | None = None,
     vocab_file: str | None = None,
     max_seq_length: int | None = None,
+    jit_compile: bool = False,
 ) -> list[ExportSpec]:
     """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
     in `model_dir`, or from `checkpoint` (a directory or prefix).
@@ -77,7 +78,9 @@ def pretrained_specs(
         checkpoints.assign(variables, source, where=kind)
         serving_kind = "electric" if kind == "discriminator" and config.electric_objective else kind
         casing = {"do_lower_case": config.do_lower_case, "strip_accents": config.do_strip_accents}
-        module = serving_module(serving_kind, model, vocab_file, max_len, **casing)
+        module = serving_module(
+            serving_kind, model, vocab_file, max_len, **casing, jit_compile=jit_compile
+        )
         info = {
             "source": source.path,
             "global_step": source.global_step,
@@ -97,6 +100,7 @@ def task_spec(
     checkpoint: str | None = None,
     vocab_file: str | None = None,
     max_seq_length: int | None = None,
+    jit_compile: bool = False,
 ) -> ExportSpec:
     """The spec of fine-tuning trial `trial` of `task_name` (its FinetuningModel checkpoint), or
     of the trial directory `checkpoint`."""
@@ -140,7 +144,7 @@ def task_spec(
     check_length(max_len, model_config)
     module = serving_module(
         "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,
-        tasks,
+        tasks, jit_compile,
     )  # fmt: skip
     info = {
         "source": latest,

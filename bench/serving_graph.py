@@ -1,0 +1,171 @@
+"""What the serving graph runs after Grappler: the op types of the exported `encode_ids`, counted.
+
+Exports a randomly initialised discriminator (the `small` preset, or `--preset`) with the
+project's serving signatures, loads the SavedModel back and runs `encode_ids` once on
+[batch, seq_len] ids with TensorFlow's run metadata on, which records the graphs as they run:
+after Grappler (constant folding, the remapper's fusions) and oneDNN's layout pass (the
+`_Mkl*` kernels). Each op type is printed with its count; a fused op shows what it fused, e.g.
+`_MklNativeFusedMatMul[BiasAdd,GeluExact]`.
+
+Two ways to load, as the two runtimes that serve a SavedModel:
+
+- `--runtime function` (default): `tf.saved_model.load` and the signature's concrete function
+  (TF2, as `make bench-serve` times it);
+- `--runtime session`: `tf.compat.v1` Session + `saved_model.loader.load`, the path TF Serving's
+  model server takes (a SavedModelBundle runs its signatures with Session::Run).
+
+    python bench/serving_graph.py [--preset small] [--runtime function|session] [--jit-compile]
+
+To see the graph before this branch's changes, run this same script against the old code:
+`PYTHONPATH=<old checkout> python bench/serving_graph.py`. `TF_ENABLE_ONEDNN_OPTS=0` shows what a
+TensorFlow without oneDNN runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import inspect
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+
+# Ops that hold no computation: the graph's plumbing, not what it runs.
+PLUMBING = frozenset(
+    "_Arg _Retval _DeviceArg _DeviceRetval Const NoOp Identity ReadVariableOp VarHandleOp "
+    "_Send _Recv _HostSend _HostRecv".split()
+)
+
+
+def op_key(node) -> str:
+    """`_MklNativeFusedMatMul[BiasAdd,GeluExact]` for a fused op, else the op type."""
+    fused = node.attr["fused_ops"].list.s if "fused_ops" in node.attr else []
+    if not fused:
+        return node.op
+    return f"{node.op}[{','.join(op.decode() for op in fused)}]"
+
+
+def count_ops(graphs: Iterable, plumbing: bool = False) -> collections.Counter:
+    """Op keys (`op_key`) -> count over GraphDefs, without the plumbing ops unless asked."""
+    counts: collections.Counter = collections.Counter()
+    for graph in graphs:
+        for node in graph.node:
+            if plumbing or node.op not in PLUMBING:
+                counts[op_key(node)] += 1
+    return counts
+
+
+def function_graph_ops(function, inputs: Mapping) -> collections.Counter:
+    """The ops that the first call of a TF2 concrete function ran (after Grappler), counted.
+
+    The graphs are recorded when the function is instantiated, i.e. at its first call in the
+    process: a function that already ran records none, which raises here rather than giving
+    an empty count.
+    """
+    from tensorflow.python.eager import context
+
+    context.enable_run_metadata()
+    try:
+        function(**inputs)
+        metadata = context.export_run_metadata()
+    finally:
+        context.disable_run_metadata()
+    graphs = [g for f in metadata.function_graphs for g in f.partition_graphs]
+    if not graphs:
+        raise ValueError("no graph was recorded: count the ops at the function's first call")
+    return count_ops(graphs)
+
+
+def session_graph_ops(path: str, signature: str, inputs: Mapping) -> collections.Counter:
+    """The ops that one Session::Run of a SavedModel signature ran, as TF Serving runs it."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
+        meta = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], path)
+        signature_def = meta.signature_def[signature]
+        feeds = {signature_def.inputs[k].name: v for k, v in inputs.items()}
+        fetches = {k: v.name for k, v in signature_def.outputs.items()}
+        metadata = v1.RunMetadata()
+        options = v1.RunOptions(output_partition_graphs=True)
+        session.run(fetches, feeds, options=options, run_metadata=metadata)
+    graphs = list(metadata.partition_graphs)
+    graphs += [g for f in metadata.function_graphs for g in f.partition_graphs]
+    return count_ops(graphs)
+
+
+def export_discriminator(workdir: str, preset: str, vocab_size: int, jit_compile: bool) -> str:
+    """A random discriminator of `preset`, exported with the serving signatures; its path."""
+    from electra_tf.config import pretraining_config
+    from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
+    from electra_tf.serving.kinds import serving_module
+    from electra_tf.serving.saved_model import ExportSpec, write_export
+
+    vocab_file = os.path.join(workdir, "vocab.txt")
+    with open(vocab_file, "w", encoding="utf-8") as f:
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        f.write("\n".join(specials + [f"w{i}" for i in range(vocab_size - 5)]) + "\n")
+    config = pretraining_config("graph", preset=preset, hparams={"vocab_size": vocab_size})
+    model = ElectraDiscriminator(config.discriminator_config())
+    model(dummy_inputs())
+    options = {}
+    if jit_compile:
+        # Older checkouts (`PYTHONPATH=<old checkout>`) have no such option.
+        if "jit_compile" not in inspect.signature(serving_module).parameters:
+            raise SystemExit("this checkout's serving_module has no jit_compile option")
+        options["jit_compile"] = True
+    module = serving_module("discriminator", model, vocab_file, 512, **options)
+    spec = ExportSpec("discriminator", "graph", module, "{}", vocab_file, {})
+    return write_export(spec, workdir, None, False)
+
+
+def random_ids(batch: int, seq_len: int, vocab_size: int) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, vocab_size, size=[batch, seq_len]).astype(np.int32)
+    mask = np.ones([batch, seq_len], np.int32)
+    mask[0, seq_len // 2 :] = 0  # one padded row: the attention mask takes part
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="small", help="model preset (default small)")
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--runtime", choices=("function", "session"), default="function")
+    parser.add_argument("--jit-compile", action="store_true", help="export with XLA")
+    parser.add_argument("--all", action="store_true", help="also count the plumbing ops")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
+    from tensorflow.python.util import _pywrap_util_port
+
+    inputs = random_ids(args.batch, args.seq, args.vocab_size)
+    with tempfile.TemporaryDirectory() as workdir:
+        path = export_discriminator(workdir, args.preset, args.vocab_size, args.jit_compile)
+        if args.runtime == "session":
+            counts = session_graph_ops(path, "encode_ids", inputs)
+        else:
+            encode = tf.saved_model.load(path).signatures["encode_ids"]
+            counts = function_graph_ops(encode, {k: tf.constant(v) for k, v in inputs.items()})
+    if not args.all:
+        counts = collections.Counter({k: v for k, v in counts.items() if k not in PLUMBING})
+    onednn = _pywrap_util_port.IsMklEnabled()
+    print(f"`encode_ids` of the {args.preset} discriminator, {args.runtime} runtime, "
+          f"TensorFlow {tf.__version__}, oneDNN {'on' if onednn else 'off'}, "
+          f"jit_compile {args.jit_compile}; {sum(counts.values())} ops "
+          f"({'all' if args.all else 'without ' + ', '.join(sorted(PLUMBING))})\n")  # fmt: skip
+    print("| ops | op type |")
+    print("| ---: | --- |")
+    for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"| {count} | `{key}` |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The serving graph after Grappler (issue #16): every dense layer, LayerNorm and attention
+product of the exported encoder runs as one fused oneDNN kernel, and each way of running the
+export (TF2 function or Session as TF Serving, oneDNN on or off, XLA) gives the Keras model's
+numbers. The exports are loaded in fresh processes, as a model server would load them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.cli import export
+from electra_tf.config import pretraining_config
+from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
+from electra_tf.modeling.utils import LAYER_NORM_EPSILON, apply_layer_norm, serving_layer_norms
+from electra_tf.serving.kinds import serving_module
+from electra_tf.serving.saved_model import ExportSpec, write_export
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+
+import serving_graph  # noqa: E402
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(40))]
+LAYERS = 2
+# Dense layers: q, k, v, attention output, intermediate (GELU), output per block, then the
+# embedding projection (E != H) and the head's two (the first with GELU).
+DENSE = 6 * LAYERS + 3
+GELU_DENSE = LAYERS + 1
+LAYER_NORMS = 2 * LAYERS + 1
+# Op types that mean a dense layer, a LayerNorm, a GELU or an attention product ran unfused.
+UNFUSED = {
+    "MatMul", "_MklMatMul", "BatchMatMulV2", "Einsum", "_MklEinsum", "BiasAdd", "Erf", "Erfc",
+    "Mean", "SquaredDifference", "Rsqrt", "FusedBatchNormV3", "_MklNativeFusedBatchNormV3",
+}  # fmt: skip
+
+# Runs in a fresh interpreter: argv = the two export paths, the ids file, the output file.
+LOADER = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # the tokenizer's ops, as a serving binary links them
+from tensorflow.python.util import _pywrap_util_port
+sys.path.insert(0, "bench")
+import serving_graph
+paths, ids_file, out_file = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+ids = dict(np.load(ids_file))
+result = {"onednn": _pywrap_util_port.IsMklEnabled()}
+for path in paths:
+    encode = tf.saved_model.load(path).signatures["encode_ids"]
+    feeds = {k: tf.constant(v) for k, v in ids.items()}
+    result[path] = {
+        "function_ops": serving_graph.function_graph_ops(encode, feeds),
+        "function_probs": encode(**feeds)["replaced_probability"].numpy().tolist(),
+        "session_ops": serving_graph.session_graph_ops(path, "encode_ids", ids),
+    }
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
+        meta = v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta.signature_def["encode_ids"]
+        fetch = signature.outputs["replaced_probability"].name
+        feed = {signature.inputs[k].name: v for k, v in ids.items()}
+        result[path]["session_probs"] = session.run(fetch, feed).tolist()
+json.dump(result, open(out_file, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A random tiny discriminator exported plain and with `jit_compile`, each loaded with
+    oneDNN on and off in fresh processes; the Keras model's probabilities as the reference."""
+    root = tmp_path_factory.mktemp("serving_graph")
+    vocab_file = root / "vocab.txt"
+    vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    overrides = {
+        "hidden_size": 32,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 32,
+    }
+    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
+    tf.random.set_seed(4)
+    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
+    model(dummy_inputs())
+    paths = {}
+    for jit_compile in (False, True):
+        module = serving_module(
+            "discriminator", model, str(vocab_file), 32, jit_compile=jit_compile
+        )
+        name = "xla" if jit_compile else "plain"
+        spec = ExportSpec("discriminator", name, module, "{}", str(vocab_file), {})
+        paths[name] = write_export(spec, str(root), None, False)
+
+    ids = serving_graph.random_ids(3, 12, len(VOCAB))
+    ids["input_mask"][1, 9:] = 0  # a second padded row, shorter
+    np.savez(root / "ids.npz", **ids)
+    logits = model({k: tf.constant(v) for k, v in ids.items()})["logits"].numpy()
+    reference = 1.0 / (1.0 + np.exp(-logits.astype(np.float64))) * ids["input_mask"]
+
+    runs = {}
+    for onednn in ("1", "0"):
+        out_file = root / f"onednn{onednn}.json"
+        env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, CUDA_VISIBLE_DEVICES="")
+        subprocess.run(
+            [sys.executable, "-c", LOADER, f"{paths['plain']},{paths['xla']}",
+             str(root / "ids.npz"), str(out_file)],
+            check=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        loaded = json.loads(out_file.read_text())
+        runs[onednn] = {
+            "onednn": loaded.pop("onednn"),
+            **{name: loaded[path] for name, path in paths.items()},
+        }
+    return {"runs": runs, "reference": reference, "paths": paths}
+
+
+@pytest.mark.parametrize("runtime", ["function", "session"])
+def test_onednn_runs_each_dense_norm_and_attention_product_fused(exported, runtime):
+    run = exported["runs"]["1"]
+    if not run["onednn"]:
+        pytest.skip("this TensorFlow build has no oneDNN (TF_ENABLE_ONEDNN_OPTS=1 had no effect)")
+    ops = run["plain"][f"{runtime}_ops"]
+    assert ops.get("_MklNativeFusedMatMul[BiasAdd,GeluExact]") == GELU_DENSE, ops
+    assert ops.get("_MklLayerNorm") == LAYER_NORMS, ops
+    assert ops.get("_MklFusedBatchMatMulV2[Mul,Add]") == LAYERS, ops  # scores: scale, mask fused
+    assert ops.get("_MklBatchMatMulV2") == LAYERS, ops  # probabilities x values
+    # Every dense layer is one fused kernel (some also take the residual add, as Grappler sees
+    # the shapes), and nothing of a dense, a LayerNorm or a GELU runs on its own.
+    fused_dense = {k: v for k, v in ops.items() if k.startswith("_MklNativeFusedMatMul[BiasAdd")}
+    assert sum(fused_dense.values()) == DENSE, ops
+    assert not UNFUSED & set(ops), ops
+
+
+@pytest.mark.parametrize("onednn", ["1", "0"])
+@pytest.mark.parametrize("runtime", ["function", "session"])
+@pytest.mark.parametrize("name", ["plain", "xla"])
+def test_every_way_of_running_the_export_gives_the_keras_numbers(exported, onednn, runtime, name):
+    got = np.asarray(exported["runs"][onednn][name][f"{runtime}_probs"])
+    np.testing.assert_allclose(got, exported["reference"], atol=1e-5)
+
+
+def test_without_onednn_the_standard_kernels_run(exported):
+    run = exported["runs"]["0"]
+    if run["onednn"]:
+        pytest.skip("TF_ENABLE_ONEDNN_OPTS=0 did not turn oneDNN off in this build")
+    ops = run["plain"]["function_ops"]
+    assert not any(k.startswith("_Mkl") for k in ops), ops
+    # Grappler's own MatMul + BiasAdd fusion, and the LayerNorm as one FusedBatchNormV3.
+    fused_dense = {k: v for k, v in ops.items() if k.startswith("_FusedMatMul[BiasAdd")}
+    assert sum(fused_dense.values()) == DENSE, ops
+    assert ops.get("FusedBatchNormV3") == LAYER_NORMS, ops
+
+
+@pytest.mark.parametrize("runtime", ["function", "session"])
+def test_jit_compile_runs_the_model_inside_xla(exported, runtime):
+    ops = exported["runs"]["1"]["xla"][f"{runtime}_ops"]
+    # The model is one compiled call; only the signature's own ops run outside it.
+    assert not any("MatMul" in k or "LayerNorm" in k or "Softmax" in k for k in ops), ops
+    assert ops.get("Sigmoid") == 1, ops  # the post-processing did run, outside the cluster
+    with open(os.path.join(exported["paths"]["xla"], "assets", "export.json")) as f:
+        assert json.load(f)["jit_compile"] is True
+    with open(os.path.join(exported["paths"]["plain"], "assets", "export.json")) as f:
+        assert json.load(f)["jit_compile"] is False
+
+
+def test_export_cli_takes_jit_compile():
+    base = ["--data-dir", "d", "--model-name", "m"]
+    assert export.parse_args([*base, "--jit-compile"]).jit_compile
+    assert not export.parse_args(base).jit_compile
+
+
+def _layer_norm_inputs() -> np.ndarray:
+    """Rows of a transformer's scale, and rows whose mean is large next to their spread."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=[2, 8, 64]).astype(np.float32)
+    for i, (mean, spread) in enumerate([(1.0, 1e-3), (10.0, 1e-2), (100.0, 1.0), (0.0, 1e-4)]):
+        x[0, i] = mean + spread * rng.normal(size=64)
+    return x
+
+
+def test_serving_layer_norm_is_the_layer_norm():
+    norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON)
+    norm.build([None, None, 64])
+    rng = np.random.default_rng(1)
+    norm.gamma.assign(rng.normal(size=64).astype(np.float32))
+    norm.beta.assign(rng.normal(size=64).astype(np.float32))
+    x = _layer_norm_inputs()
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    variance = ((x64 - mean) ** 2).mean(-1, keepdims=True)
+    expected = (x64 - mean) / np.sqrt(variance + 1e-12) * norm.gamma.numpy() + norm.beta.numpy()
+
+    spec = tf.TensorSpec([None, None, 64])
+
+    def traced(training=False):
+        function = tf.function(
+            lambda t: apply_layer_norm(norm, t, training), input_signature=[spec]
+        )
+        return function.get_concrete_function()
+
+    def op_types(function):
+        return {op.type for op in function.graph.get_operations()}
+
+    keras_form = traced()
+    with serving_layer_norms():
+        fused_form = traced()
+        # Training, and eager calls, keep the Keras layer even inside the block.
+        assert "FusedBatchNormV3" not in op_types(traced(training=True))
+        np.testing.assert_array_equal(apply_layer_norm(norm, x), norm(x))
+    assert "FusedBatchNormV3" in op_types(fused_form)
+    assert "FusedBatchNormV3" not in op_types(keras_form)
+    keras_error = np.abs(keras_form(tf.constant(x)).numpy() - expected)
+    fused_error = np.abs(fused_form(tf.constant(x)).numpy() - expected)
+    # Rows of a normal scale: float32 rounding. The hard rows: no worse than the Keras layer's.
+    assert fused_error[1].max() < 1e-5 and keras_error[1].max() < 1e-5
+    assert fused_error[0].max() <= 2 * keras_error[0].max() + 1e-6
