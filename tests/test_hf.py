@@ -121,3 +121,32 @@ def test_config_fields_are_carried_or_refused(tmp_path):
     ]:
         with pytest.raises(hf.HFFormatError, match=key):
             hf.model_config_from_dict({**written, key: value}, "x/config.json")
+
+
+@pytest.mark.parametrize("electric", [False, True])
+def test_an_electric_discriminator_does_not_pass_as_electras(tmp_path, electric, caplog):
+    # Same modules as ElectraForPreTraining, different meaning: the head outputs an energy.
+    from electra_tf.config import PretrainingConfig
+
+    config = PretrainingConfig(
+        model_hparam_overrides={"hidden_size": 8, "num_hidden_layers": 1},
+        vocab_size=9,
+        embedding_size=8,
+        electra_objective=not electric,
+        electric_objective=electric,
+    )
+    weights = {
+        "electra/embeddings/word_embeddings": np.ones((9, 8), np.float32),
+        "electra/encoder/layer_0/output/dense/kernel": np.ones((32, 8), np.float32),
+        "discriminator_predictions/dense/kernel": np.ones((8, 8), np.float32),
+        "discriminator_predictions/dense_1/kernel": np.ones((8, 1), np.float32),
+    }
+    with caplog.at_level("WARNING"):
+        hf.write_hf_files(weights, str(tmp_path), config)
+    written = json.loads((tmp_path / "discriminator" / "config.json").read_text())
+    assert written["architectures"] == ["ElectraForPreTraining"]
+    assert written.get("electric_objective", False) is electric
+    assert ("energy" in written.get("electra_tf_note", "")) is electric
+    assert ("Electric discriminator" in caplog.text) is electric
+    # The extra keys do not stop the folder from being read back as an ELECTRA network.
+    assert hf.read_model_configs(str(tmp_path))["discriminator"].hidden_size == 8

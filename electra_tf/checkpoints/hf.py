@@ -7,6 +7,9 @@ This module is the ONE place where original TF1 names (ORIGINAL.md section 5, th
     <dir>/discriminator/{config.json, model.safetensors}   ElectraForPreTraining
     <dir>/generator/{config.json, model.safetensors}       ElectraForMaskedLM
 
+An Electric discriminator keeps ElectraForPreTraining (the class with its modules) and says in
+its config.json that the head's output is an energy (`electric_objective`, `electra_tf_note`).
+
 Name map (i = layer index; "T" = the kernel is transposed, since torch Linear stores [out, in]):
 
 | original (TF1)                                      | HF folder     | HF name                                        |
@@ -57,6 +60,15 @@ ARCHITECTURES = {DISCRIMINATOR: "ElectraForPreTraining", GENERATOR: "ElectraForM
 # HF keys with no original counterpart: a position-id buffer older transformers saved, and the
 # generator's output matrix, which is the word-embedding table itself.
 HF_IGNORED = ("electra.embeddings.position_ids",)
+# Written into an Electric discriminator's config.json (see write_hf_files).
+ELECTRIC_NOTE = (
+    "An Electric discriminator (Clark et al. 2020, energy-based cloze model), not ELECTRA's: "
+    "the discriminator_predictions head outputs each token's energy E(x_t), not a "
+    "replaced-token logit. Electric's P(replaced) = sigmoid(E + log q(x_t | context) + "
+    "log(mask_prob / (1 - mask_prob))) also needs the two-tower cloze model q, which has no "
+    "Hugging Face class and is not in this export. The encoder (ElectraModel) fine-tunes as any "
+    "ELECTRA encoder."
+)
 HF_TIED_OUTPUT = "generator_lm_head.weight"
 WEIGHTS_FILE = "model.safetensors"  # beside HF's own config.json (CONFIG_FILE)
 _LOG = logging.getLogger(__name__)
@@ -369,11 +381,14 @@ def write(
     path: str,
     configs: Mapping[str, ModelConfig],
     masked_lm: bool = False,
+    extra_config: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """Writes one HF folder per entry of `configs` under `path` (which must already exist).
 
     A discriminator folder without `discriminator_predictions/*` is a bare `ElectraModel`.
-    Returns the names that have no HF counterpart (fine-tuning heads), which are not written.
+    `extra_config`: per folder, keys added to its config.json (transformers keeps unknown keys
+    as attributes). Returns the names that have no HF counterpart (fine-tuning heads), which
+    are not written.
     """
     untied = "generator/embeddings/word_embeddings" in weights
     per_part: dict[str, dict[str, np.ndarray]] = {part: {} for part in configs}
@@ -390,6 +405,7 @@ def write(
                 per_part[part][hf_name] = np.ascontiguousarray(
                     array.T if is_kernel(name) else array
                 )
+    extra = extra_config or {}
     for part, tensors in per_part.items():
         architecture = ARCHITECTURES[part]
         if part == DISCRIMINATOR and "discriminator_predictions.dense.weight" not in tensors:
@@ -398,7 +414,8 @@ def write(
         os.makedirs(folder, exist_ok=True)
         safetensors_io.save_file(tensors, os.path.join(folder, WEIGHTS_FILE), {"format": "pt"})
         with open(os.path.join(folder, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config_dict(configs[part], architecture), f, indent=2, sort_keys=True)
+            values = {**config_dict(configs[part], architecture), **extra.get(part, {})}
+            json.dump(values, f, indent=2, sort_keys=True)
             f.write("\n")
     return sorted(dropped)
 
@@ -429,6 +446,13 @@ def write_hf_files(
         configs[DISCRIMINATOR] = config.discriminator_config()
     if "generator_predictions/output_bias" in weights and not masked_lm:
         configs[GENERATOR] = config.generator_config()
-    dropped = write(weights, directory, configs, masked_lm)
+    extra = {}
+    if config.electric_objective and DISCRIMINATOR in configs:
+        # HF has no Electric class. ElectraForPreTraining is the one whose modules hold these
+        # tensors, so the folder keeps it (transformers loads it), but its output is not what
+        # that class promises: the config says so instead of letting it pass as ELECTRA's.
+        extra[DISCRIMINATOR] = {"electric_objective": True, "electra_tf_note": ELECTRIC_NOTE}
+        _LOG.warning("HF export of an Electric discriminator: %s", ELECTRIC_NOTE)
+    dropped = write(weights, directory, configs, masked_lm, extra)
     if dropped:
         _LOG.warning("HF export has no place for %d variables: %s", len(dropped), dropped)
