@@ -414,14 +414,22 @@ def test_all_tokens_mlm_train_step_under_xla_and_bfloat16():
 
 
 # ---------------------------------------------------------------------- presets
+# name -> (electra_objective, electric_objective, objective_variant) once resolved
 ABLATION_PRESETS = {
-    "electra": (True, "electra"),
-    "electra_15": (True, "electra_15"),
-    "replace_mlm": (True, "replace_mlm"),
-    "all_tokens_mlm": (True, "all_tokens_mlm"),
-    "bert_mlm": (False, "electra"),
+    "electra": (True, False, "electra"),
+    "electra_15": (True, False, "electra_15"),
+    "replace_mlm": (True, False, "replace_mlm"),
+    "all_tokens_mlm": (True, False, "all_tokens_mlm"),
+    "bert_mlm": (False, False, "electra"),
+    "electric": (False, True, "electra"),
 }
-OBJECTIVE_KEYS = {"electra_objective", "objective_variant", "gen_weight", "disc_weight"}
+OBJECTIVE_KEYS = {
+    "electra_objective",
+    "electric_objective",
+    "objective_variant",
+    "gen_weight",
+    "disc_weight",
+}
 
 
 @pytest.mark.parametrize("name", sorted(ABLATION_PRESETS))
@@ -431,7 +439,8 @@ def test_ablation_presets_hold_only_the_objective(name):
     # Shape and budget come from another preset; the file decides the objective alone.
     path = os.path.join(CONFIGS_DIR, "ablations", f"{name}.json")
     config = pretraining_config(preset="small", hparams=path)
-    assert (config.electra_objective, config.objective_variant) == ABLATION_PRESETS[name]
+    resolved = (config.electra_objective, config.electric_objective, config.objective_variant)
+    assert resolved == ABLATION_PRESETS[name]
     assert config.discriminator_config().hidden_size == 256
 
 
