@@ -377,27 +377,6 @@ def test_bias_correction_matches_adams_paper_and_tf_apply_adam():
         np.testing.assert_allclose(var.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_create_optimizer_multiplies_layerwise_factors_with_extra_multipliers():
-    kernel = tf.Variable(tf.ones((2, 2)))
-    head = tf.Variable(tf.ones((2,)))
-    variable_map = {
-        "electra/encoder/layer_0/output/dense/kernel": kernel,
-        "task_specific/sst/dense/bias": head,
-    }
-    optimizer = create_optimizer(
-        variable_map,
-        1e-4,
-        num_train_steps=100,
-        layerwise_lr_decay_power=0.5,
-        n_transformer_layers=1,
-        lr_multipliers={"electra/encoder/layer_0/output/dense/kernel": 3.0},
-        adam_bias_correction=True,
-    )
-    assert optimizer.lr_multiplier(kernel) == pytest.approx(0.25 * 3.0)
-    assert optimizer.lr_multiplier(head) == pytest.approx(1.0)
-    assert optimizer.bias_correction
-
-
 def test_create_optimizer_wires_schedule_decay_and_multipliers():
     kernel = tf.Variable(tf.ones((2, 2)))
     head = tf.Variable(tf.ones((2,)))
@@ -418,6 +397,20 @@ def test_create_optimizer_wires_schedule_decay_and_multipliers():
     assert optimizer.lr_multiplier(head) == pytest.approx(1.0)
     assert optimizer.uses_weight_decay(kernel) and not optimizer.uses_weight_decay(head)
     assert float(optimizer._learning_rate(5)) == pytest.approx(1e-4 * 0.5 * 0.95)
+    assert not optimizer.bias_correction
+    # Extra multipliers multiply with the layer-wise factors; bias correction is passed on.
+    combined = create_optimizer(
+        variable_map,
+        1e-4,
+        num_train_steps=100,
+        layerwise_lr_decay_power=0.5,
+        n_transformer_layers=1,
+        lr_multipliers={"electra/encoder/layer_0/output/dense/kernel": 3.0},
+        adam_bias_correction=True,
+    )
+    assert combined.lr_multiplier(kernel) == pytest.approx(0.25 * 3.0)
+    assert combined.lr_multiplier(head) == pytest.approx(1.0)
+    assert combined.bias_correction
     with pytest.raises(ValueError, match="n_transformer_layers"):
         create_optimizer(variable_map, 1e-4, 100, layerwise_lr_decay_power=0.8)
 

@@ -1,11 +1,5 @@
 #!/bin/bash
-# final.sh CPU NAME EXTRA : #12 session-7 equal-wall-time runs, one core each, on the seq-64
-# Gutenberg shards plus 6 copies of one shard of SST-2's unlabeled training sentences (all but
-# the 2,000-sentence validation slice; data/g64sst, see bench/README.md).
-cd "$(dirname "$0")/../.."
-CPU=$1; NAME=$2; EXTRA=$3
-H="{\"pretrain_tfrecords\": \"data/g64sst/pretrain_tfrecords/pretrain_data.tfrecord*\", \"eval_tfrecords\": \"data/g64/tfrecords-heldout/pretrain_data.tfrecord*\", \"max_seq_length\": 64, \"save_checkpoints_steps\": 500, \"num_eval_steps\": 30, \"model_hparam_overrides\": {\"hidden_size\": 256, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"hidden_dropout_prob\": 0.1, \"attention_probs_dropout_prob\": 0.1}, \"num_warmup_steps\": 400, $EXTRA}"
-mkdir -p data/g64sst/logs
-echo "$H" > data/g64sst/logs/$NAME.hparams
-TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2 \
-  nice taskset -c $CPU .venv/bin/python -m electra_tf.pretrain --data-dir data/g64sst --model-name $NAME --preset gutenberg --hparams "$H" >> data/g64sst/logs/$NAME.log 2>&1
+# final.sh CPU NAME EXTRA : #12 session-7 equal-wall-time runs, one core each: pilot.sh's
+# command on the seq-64 Gutenberg shards plus 6 copies of one shard of SST-2's unlabelled
+# training sentences (all but the 2,000-sentence validation slice; data/g64sst, bench/README.md).
+DATA=g64sst exec "$(dirname "$0")/pilot.sh" "$@"
