@@ -3,7 +3,8 @@
 Every row (an initialisation: a pre-trained checkpoint, or `random`) gets the same treatment:
 
 1. The fine-tuning learning rate is chosen by a sweep on a validation split carved from SST-2's
-   training set (its last `--val-examples` sentences), never on the dev set.
+   training set (its last `--val-examples` sentences), never on the dev set. A "sweep" of one
+   `--lrs` value has nothing to choose: it runs nothing on the validation split.
 2. With that learning rate, `--seeds` trials fine-tune on the same first `--train-examples`
    training sentences and are scored on the whole SST-2 dev set; the row's figure is their
    median (the fine-tuning CLI's own `num_trials` median).
@@ -71,7 +72,16 @@ def random_init_hparams(shape_file: str) -> dict[str, Any]:
     return hparams
 
 
-def finetune(data_dir: str, name: str, hparams: dict[str, Any], python: str) -> dict[str, Any]:
+def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """One fine-tuning command in its own process: its exit code and the end of its output.
+    (bench/compare_objectives.py passes its own, to count runs or to run them in-process.)"""
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    return done.returncode, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def finetune(
+    data_dir: str, name: str, hparams: dict[str, Any], python: str, run: Any = run_command
+) -> dict[str, Any]:
     """One `electra_tf.finetune` run (cached by its results file); its results.json."""
     results = os.path.join(data_dir, "models", name, "results", "sst_results.json")
     if os.path.exists(results):
@@ -82,10 +92,10 @@ def finetune(data_dir: str, name: str, hparams: dict[str, Any], python: str) -> 
     start = time.perf_counter()
     print(f"[sst2_transfer] {name}: {json.dumps(hparams)}", flush=True)
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-        raise SystemExit(f"error: fine-tuning {name} failed (exit {done.returncode})")
+    code, output = run(command, env)
+    if code != 0:
+        sys.stderr.write(output)
+        raise SystemExit(f"error: fine-tuning {name} failed (exit {code})")
     with open(results, encoding="utf-8") as f:
         summary = json.load(f)
     accuracy = summary["median"]["sst"]["accuracy"]
@@ -97,7 +107,7 @@ def lr_tag(lr: float) -> str:
     return f"{lr:g}".replace("-0", "-")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--glue-dir", required=True, help="Holds SST-2 train.tsv and dev.tsv.")
     parser.add_argument("--out", required=True, help="Work directory (data splits, runs).")
@@ -143,20 +153,22 @@ def main(argv: list[str] | None = None) -> int:
             init_hparams = {"init_checkpoint": os.path.abspath(init)}
         base = {**common, **init_hparams, "max_train_examples": args.train_examples}
         sweep = {}
-        for lr in lrs:
-            run = finetune(
+        for lr in lrs if len(lrs) > 1 else []:
+            swept = finetune(
                 dirs["val"],
                 f"{name}_val_lr{lr_tag(lr)}",
                 {**base, "learning_rate": lr},
                 args.python,
+                run,
             )
-            sweep[lr] = run["median"]["sst"]["accuracy"]
-        best = max(lrs, key=lambda lr: sweep[lr])
+            sweep[lr] = swept["median"]["sst"]["accuracy"]
+        best = max(lrs, key=lambda lr: sweep.get(lr, 0.0))
         dev = finetune(
             dirs["dev"],
             f"{name}_dev_lr{lr_tag(best)}",
             {**base, "learning_rate": best, "num_trials": args.seeds},
             args.python,
+            run,
         )
         trials = [t["sst"]["accuracy"] for t in dev["trials"]]
         result = {
@@ -169,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.full_epochs:
             full = {**base, "learning_rate": best, "num_train_epochs": args.full_epochs}
             full["max_train_examples"] = None
-            run = finetune(dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, args.python)
-            result["full_dev_accuracy"] = run["median"]["sst"]["accuracy"]
+            done = finetune(dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, args.python, run)
+            result["full_dev_accuracy"] = done["median"]["sst"]["accuracy"]
         summary["rows"][name] = result
         with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
