@@ -1,0 +1,487 @@
+"""Pre-training objectives at equal wall time, then SST-2 from each (issue #15, item 4).
+
+    python bench/compare_objectives.py --data-dir data/g64 --preset gutenberg \\
+        --objectives electra,electra_15,replace_mlm,all_tokens_mlm,bert_mlm,electric \\
+        --minutes 45 --parallel 2 --warmup 0.125 --glue-dir ../shared/data/glue/SST-2 \\
+        --hparams '{"max_seq_length": 64, "eval_tfrecords": "data/g64/tfrecords-heldout/*"}'
+
+An objective is a file `configs/ablations/<name>.json`. Every objective runs on the same data,
+the same `--preset` and the same `--hparams` (shared overrides; objective keys and the step
+counts are refused there) and gets the same wall-time budget, `--minutes`:
+
+1. Pilot (bench/objective_pilot.py): a fresh process per objective, launched exactly as its
+   run will be (same core pinning, thread settings and neighbour), measures the start-up
+   (launch to the end of the first step: imports, model build, graph tracing) and the seconds
+   per step over `--pilot-steps` steps after `--pilot-warmup` warm-up steps.
+2. Plan, the rule: num_train_steps = floor((budget - start-up) / seconds per step), so the
+   whole learning-rate schedule (warm-up, then decay to 0) fits the budget. Checkpoint saves
+   are not counted: the measured wall time shows what they cost. `--warmup F` with 0 < F < 1
+   gives each objective round(F x its steps) warm-up steps (the same share of every schedule);
+   `--warmup N` (an integer) gives N to all; without it the preset's `num_warmup_steps` stays.
+   Refused: a budget not longer than the pilot itself, or a warm-up as long as the run.
+   `--max-steps` caps the steps (a smoke test; the table marks capped rows).
+3. Runs: `python -m electra_tf.pretrain`, one objective after another, or `--parallel 2` two
+   at a time, each pinned to its own core (`taskset`) with one TensorFlow thread: the machine
+   then gives both the same share (bench/README.md, "The recipe search, second round"). A
+   group's runs start together; the next group starts when both have ended.
+4. `python -m electra_tf.pretrain` with do_eval on each final checkpoint (`--no-eval` skips
+   it): held-out metrics when the shared hparams set `eval_tfrecords`, training-data metrics
+   otherwise (the report says which).
+5. SST-2 (bench/sst2_transfer.py, unchanged protocol): one row per final discriminator, plus a
+   random initialisation of the same shape; the same lr sweep, seeds and sentences for all.
+6. `OUT/results.md` and `OUT/results.json`: steps, tokens, the measured wall time, held-out
+   metrics, lr chosen, dev accuracy per seed and median, the command, and where the ordering
+   differs from the paper's Table 5.
+
+Everything lives under `--out` (default `<data-dir>/compare_objectives`): plan.json, pilots/,
+hparams/ (each run's exact `--hparams` file), logs/, pretrain/<objective>/ (model dirs),
+runs/<objective>.json (wall-time segments), sst2/, results.*. Run the same command again to
+resume: pilots and the plan are kept (a run resumed with a new plan would change its lr
+schedule midway), finished runs, evaluations and fine-tuning runs are skipped, and an
+interrupted run resumes from its last checkpoint (its wall time is the sum of its segments).
+Ctrl-C stops every run after saving. Another budget, preset or hparams needs another --out.
+
+`--quick`: a smoke run of the command (pilot 1 + 3 steps; SST-2 with one lr, one seed, 32
+training and 8 validation sentences, one epoch): its numbers say nothing about the objectives.
+`--in-process` runs every step inside this process, unpinned (for tests: no interpreter start
+per step); its timings are not a fair comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+sys.path.insert(0, BENCH)
+sys.path.insert(0, ROOT)
+
+import compare_report  # noqa: E402
+import sst2_transfer  # noqa: E402
+from compare_launcher import FinetuneCounter, Job, Launcher, clock, groups, log, log_tail  # noqa: E402
+from compare_plan import (  # noqa: E402
+    RANDOM_ROW,
+    PlanError,
+    check_plan_settings,
+    check_shared_hparams,
+    encoder_shape,
+    latest_step,
+    load_objectives,
+    parse_warmup,
+    plan_steps,
+    read_json,
+    write_json,
+)
+
+from electra_tf.config import ConfigError, load_preset, parse_hparams  # noqa: E402
+
+PILOT_SCRIPT = os.path.join(BENCH, "objective_pilot.py")
+# The full protocol's / --quick's values for the options left unset.
+DEFAULTS = {
+    "pilot_warmup": 5,
+    "pilot_steps": 30,
+    "lrs": "3e-5,1e-4,3e-4,1e-3",
+    "seeds": 3,
+    "train_examples": 2000,
+    "val_examples": 2000,
+    "epochs": 3.0,
+}
+QUICK = {
+    "pilot_warmup": 1,
+    "pilot_steps": 3,
+    "lrs": "1e-3",
+    "seeds": 1,
+    "train_examples": 32,
+    "val_examples": 8,
+    "epochs": 1.0,
+}
+INTERRUPTED = (130, 143)  # the pre-training CLI's exit codes after saving on SIGINT / SIGTERM
+
+
+class Comparison:
+    """The phases of one comparison (see the module docstring), resumable from --out."""
+
+    def __init__(self, args: argparse.Namespace, objectives: dict[str, dict[str, Any]]):
+        self.args = args
+        self.objectives = objectives
+        self.out = os.path.abspath(args.out)
+        self.data_dir = os.path.abspath(args.data_dir)
+        self.shared = parse_hparams(args.hparams)
+        self.budget_s = args.minutes * 60
+        cpus = None
+        if (args.parallel > 1 or args.cpus) and not args.in_process:
+            if not shutil.which("taskset"):
+                raise ConfigError("pinning runs to cores needs taskset, which is not installed")
+            cpus = args.cpus or sorted(os.sched_getaffinity(0))[: args.parallel]
+            if len(cpus) < args.parallel:
+                raise ConfigError(f"--parallel {args.parallel}: only cores {cpus} are available")
+        threads = args.threads or (1 if args.parallel > 1 else None)
+        self.launcher = Launcher(cpus, threads, args.in_process, args.progress_seconds)
+        # What a resumed call must share with the first: any change would mix plans.
+        self.settings = {
+            "data_dir": self.data_dir,
+            "preset": args.preset,
+            "shared_hparams": self.shared,
+            "minutes": args.minutes,
+            "warmup": args.warmup,
+            "max_steps": args.max_steps,
+            "parallel": args.parallel,
+            "threads": threads,
+            "pilot_warmup": args.pilot_warmup,
+            "pilot_steps": args.pilot_steps,
+        }
+        self.plan_path = os.path.join(self.out, "plan.json")
+        self.plan = check_plan_settings(self.plan_path, self.settings)
+        self.check_finetune_settings()
+
+    def check_finetune_settings(self) -> None:
+        """sst2_transfer caches runs by name (row, split, lr), not by settings: other seeds or
+        sentences would silently reuse the old runs, so a change is refused here."""
+        a = self.args
+        wanted = {
+            "glue_dir": os.path.abspath(a.glue_dir),
+            "lrs": a.lrs,
+            "seeds": a.seeds,
+            "train_examples": a.train_examples,
+            "val_examples": a.val_examples,
+            "epochs": a.epochs,
+            "max_seq_length": a.ft_max_seq_length,
+        }
+        saved = self.plan.get("finetune_settings")
+        if a.no_finetune:
+            self.plan.setdefault("finetune_settings", wanted)
+            return
+        if not saved or saved == wanted or not os.path.isdir(os.path.join(self.out, "sst2")):
+            self.plan["finetune_settings"] = wanted
+            return
+        changed = [
+            f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in wanted.items() if saved.get(k) != v
+        ]
+        raise ConfigError(
+            f"{self.out}/sst2 holds fine-tuning runs made with other settings ("
+            + "; ".join(changed)
+            + "): delete that folder (the pre-training is kept) or use the earlier settings"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def model_dir(self, name: str) -> str:
+        return os.path.join(self.out, "pretrain", name)
+
+    def final_checkpoint(self, name: str) -> str:
+        return os.path.join(self.model_dir(name), f"ckpt-{latest_step(self.model_dir(name))}")
+
+    def eval_results(self, name: str) -> str:
+        step = latest_step(self.model_dir(name))
+        return os.path.join(self.model_dir(name), "results", f"eval_step{step}.json")
+
+    def job(self, name: str, kind: str, extra: Mapping[str, Any] | None = None) -> Job:
+        """A pre-training CLI job (kind "train" / "eval") or a pilot, its exact --hparams
+        written to hparams/<name>.<kind>.json."""
+        values = {**self.objectives[name], **self.shared, "model_dir": self.model_dir(name)}
+        hparams = os.path.join(self.out, "hparams", f"{name}.{kind}.json")
+        write_json(hparams, {**values, **(extra or {})})
+        preset = ["--preset", self.args.preset] if self.args.preset else []
+        log_path = os.path.join(self.out, "logs", f"{name}.{kind}.log")
+        if kind != "pilot":
+            argv = ["-m", "electra_tf.pretrain", "--data-dir", self.data_dir, "--model-name", name]
+            return Job(name, [*argv, *preset, "--hparams", hparams], log_path)
+        argv = [PILOT_SCRIPT, "--data-dir", self.data_dir, *preset, "--hparams", hparams]
+        argv += ["--out", os.path.join(self.out, "pilots", f"{name}.json")]
+        argv += ["--warmup-steps", str(self.args.pilot_warmup)]
+        argv += ["--timed-steps", str(self.args.pilot_steps)]
+        # The launch time: the pilot's start-up then includes the interpreter's.
+        argv += ["--launched-at", "{now}" if self.args.in_process else str(time.time())]
+        return Job(name, argv, log_path)
+
+    def planned(self, name: str) -> dict[str, int]:
+        entry = self.plan["objectives"][name]
+        return {"num_train_steps": entry["steps"], "num_warmup_steps": entry["warmup_steps"]}
+
+    @staticmethod
+    def check(jobs: list[Job], what: str, allowed: tuple[int, ...] = ()) -> None:
+        for job in jobs:
+            if job.returncode != 0 and job.returncode not in allowed:
+                raise SystemExit(
+                    f"error: {what} {job.name} failed (exit {job.returncode}); "
+                    f"{job.log_path} ends:\n{log_tail(job.log_path)}"
+                )
+
+    # ------------------------------------------------------------------ 1. pilots
+    def run_pilots(self) -> dict[str, dict[str, Any]]:
+        path = {name: os.path.join(self.out, "pilots", f"{name}.json") for name in self.objectives}
+        kept = [name for name in self.objectives if os.path.exists(path[name])]
+        if kept:
+            log(f"pilots kept from an earlier call: {', '.join(kept)}")
+        todo = [name for name in self.objectives if name not in kept]
+        for group in groups(todo, self.args.parallel):
+            log(f"pilot of {', '.join(group)} ({self.args.pilot_steps} timed steps each)")
+            jobs = [self.job(name, "pilot") for name in group]
+            self.launcher.run_group(jobs, None, 0)
+            self.check(jobs, "the pilot of")
+            for job in jobs:
+                p = read_json(path[job.name])
+                log(
+                    f"pilot {job.name}: {p['seconds_per_step'] * 1000:.1f} ms/step, start-up "
+                    f"{p['startup_seconds']:.1f} s ({job.seconds:.0f} s in all)"
+                )
+        return {name: read_json(path[name]) for name in self.objectives}
+
+    # ------------------------------------------------------------------ 2. plan
+    def make_plan(self, pilots: Mapping[str, Mapping[str, Any]]) -> None:
+        shapes = {name: encoder_shape(p["config"]) for name, p in pilots.items()}
+        if len({json.dumps(s, sort_keys=True) for s in shapes.values()}) > 1:
+            raise ConfigError(f"the objectives resolve to different encoder shapes: {shapes}")
+        for name, pilot in pilots.items():
+            if name not in self.plan["objectives"]:
+                step_plan = plan_steps(
+                    self.budget_s,
+                    pilot,
+                    self.args.warmup,
+                    pilot["config"]["num_warmup_steps"],
+                    self.args.max_steps,
+                    name,
+                )
+                self.plan["objectives"][name] = {**step_plan.__dict__, "pilot": pilot}
+        self.plan.setdefault("command", self.args.command)
+        write_json(self.plan_path, self.plan)
+        for name in self.objectives:
+            entry = self.plan["objectives"][name]
+            capped = " (capped)" if entry["capped"] else ""
+            log(
+                f"plan {name}: {entry['steps']:,} steps (warm-up {entry['warmup_steps']:,}), "
+                f"~{entry['planned_seconds'] / 60:.1f} min{capped}"
+            )
+
+    # ------------------------------------------------------------------ 3. runs
+    def run_training(self) -> None:
+        todo = []
+        for name in self.objectives:
+            steps = self.plan["objectives"][name]["steps"]
+            if latest_step(self.model_dir(name)) >= steps:
+                log(f"{name}: already trained to {steps:,} steps, skipped")
+            else:
+                todo.append(name)
+        batches = groups(todo, self.args.parallel)
+        # A group lasts as long as its longest plan: the budget, or less where --max-steps capped.
+        lengths = [max(self.plan["objectives"][n]["planned_seconds"] for n in g) for g in batches]
+        for index, group in enumerate(batches):
+            after = sum(lengths[index + 1 :])
+            log(
+                f"pre-training {', '.join(group)} ({self.args.minutes:g} min each; "
+                f"pre-training ETA {clock(lengths[index] + after)})"
+            )
+            jobs = [self.job(name, "train", self.planned(name)) for name in group]
+            starts = {name: latest_step(self.model_dir(name)) for name in group}
+            self.launcher.run_group(jobs, lengths[index], after)
+            for job in jobs:  # every segment counts, an interrupted one too
+                record = os.path.join(self.out, "runs", f"{job.name}.json")
+                runs = read_json(record) if os.path.exists(record) else {"segments": []}
+                end = latest_step(self.model_dir(job.name))
+                runs["segments"].append(
+                    {
+                        "seconds": job.seconds,
+                        "returncode": job.returncode,
+                        "start_step": starts[job.name],
+                        "end_step": end,
+                    }
+                )
+                runs["wall_seconds"] = sum(s["seconds"] for s in runs["segments"])
+                write_json(record, runs)
+                if job.returncode == 0:
+                    log(f"{job.name}: {end:,} steps in {clock(job.seconds)}")
+            self.check(jobs, "pre-training", allowed=INTERRUPTED)
+            if any(job.returncode in INTERRUPTED for job in jobs):
+                raise KeyboardInterrupt
+
+    # ------------------------------------------------------------------ 4. evaluation
+    def run_evaluation(self) -> dict[str, dict[str, float]]:
+        todo = [name for name in self.objectives if not os.path.exists(self.eval_results(name))]
+        for group in groups(todo, self.args.parallel):
+            log(f"evaluating {', '.join(group)}")
+            evaluate = {"do_train": False, "do_eval": True}
+            jobs = [self.job(name, "eval", {**self.planned(name), **evaluate}) for name in group]
+            self.launcher.run_group(jobs, None, 0)
+            self.check(jobs, "evaluating")
+        return {name: read_json(self.eval_results(name)) for name in self.objectives}
+
+    # ------------------------------------------------------------------ 5. SST-2
+    def run_finetuning(self, pilots: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        a = self.args
+        config = next(iter(pilots.values()))["config"]
+        shape_file = os.path.join(self.out, "random_shape.json")
+        write_json(shape_file, encoder_shape(config))
+        vocab = config["vocab_file"] or os.path.join(config["data_dir"], "vocab.txt")
+        sst_out = os.path.join(self.out, "sst2")
+        argv = ["--glue-dir", a.glue_dir, "--out", sst_out, "--vocab-file", vocab]
+        for name in self.objectives:
+            argv += ["--row", f"{name}={self.final_checkpoint(name)}"]
+        argv += ["--row", f"{RANDOM_ROW}=random", "--random-shape", shape_file]
+        argv += ["--lrs", a.lrs, "--seeds", str(a.seeds), "--train-examples", str(a.train_examples)]
+        argv += ["--val-examples", str(a.val_examples), "--epochs", str(a.epochs)]
+        argv += ["--max-seq-length", str(a.ft_max_seq_length)]
+        rows = [*self.objectives, RANDOM_ROW]
+        counter = FinetuneCounter(a.in_process, sst_out, rows, a.lrs.split(","))
+        log(f"SST-2: {len(rows)} rows, at most {counter.total} fine-tuning runs to go")
+        sst2_transfer.main(argv, run=counter)
+        return read_json(os.path.join(sst_out, "summary.json"))
+
+    # ------------------------------------------------------------------ 6. report
+    def results(
+        self, metrics: Mapping[str, Mapping[str, float]], summary: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        rows = [
+            compare_report.objective_row(
+                name,
+                self.plan["objectives"][name],
+                read_json(os.path.join(self.out, "runs", f"{name}.json")),
+                self.final_checkpoint(name),
+                metrics.get(name),
+            )
+            for name in self.objectives
+        ]
+        rows = [
+            compare_report.with_finetuning(r, summary) for r in [*rows, {"objective": RANDOM_ROW}]
+        ]
+        a = self.args
+        eval_data = self.shared.get("eval_tfrecords")
+        heldout = f"`{eval_data}`" if eval_data else "the training files (no eval_tfrecords)"
+        protocol = (
+            f"the first {a.train_examples} training sentences, {a.epochs:g} epoch(s), length "
+            f"{a.ft_max_seq_length}, lr chosen from {a.lrs} on the last {a.val_examples} "
+            f"training sentences, then {a.seeds} seed(s) on dev (bench/sst2_transfer.py)."
+        )
+        return {
+            "command": a.command,
+            "quick": a.quick,
+            "settings": {**self.settings, "warmup_rule": warmup_rule(a.warmup)},
+            "heldout_data": None if a.no_eval else heldout,
+            "protocol": None if summary is None else summary["protocol"],
+            "protocol_text": "not run" if summary is None else protocol,
+            "rows": rows,
+            "table5": compare_report.table5_comparison(rows),
+        }
+
+
+def warmup_rule(warmup: float | None) -> str:
+    if warmup is None:
+        return "the preset's num_warmup_steps"
+    return f"{warmup:g} of each run's steps" if warmup < 1 else f"{int(warmup)} steps"
+
+
+# ---------------------------------------------------------------------- the command line
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="See the module docstring (bench/compare_objectives.py) for the rules.",
+    )
+    parser.add_argument("--data-dir", required=True, help="pre-training data (vocab.txt, ...)")
+    parser.add_argument("--objectives", required=True, help="names in configs/ablations, a,b,c")
+    parser.add_argument("--minutes", type=float, required=True, help="wall time per objective")
+    parser.add_argument("--preset", default="gutenberg", help="the shape preset (configs/*.json)")
+    parser.add_argument("--hparams", default="{}", help="shared overrides: JSON or a .json file")
+    parser.add_argument("--out", help="work folder (default: <data-dir>/compare_objectives)")
+    parser.add_argument("--warmup", help="fraction of each run's steps (< 1) or a step count")
+    parser.add_argument("--max-steps", type=int, help="cap on each run's steps (smoke tests)")
+    parser.add_argument("--parallel", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--cpus", help="cores for --parallel, e.g. 0,1 (default: the first ones)")
+    parser.add_argument("--threads", type=int, help="TF threads per run (default 1 if parallel)")
+    parser.add_argument("--pilot-warmup", type=int, help="pilot steps before timing (5)")
+    parser.add_argument("--pilot-steps", type=int, help="timed pilot steps (30)")
+    parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    sst = parser.add_argument_group("SST-2 (bench/sst2_transfer.py)")
+    sst.add_argument(
+        "--glue-dir", default=os.path.join(ROOT, "..", "shared", "data", "glue", "SST-2")
+    )
+    sst.add_argument("--no-finetune", action="store_true", help="stop after pre-training")
+    sst.add_argument("--lrs", help=f"the sweep ({DEFAULTS['lrs']})")
+    sst.add_argument("--seeds", type=int, help=f"dev seeds ({DEFAULTS['seeds']})")
+    sst.add_argument("--train-examples", type=int, help=f"({DEFAULTS['train_examples']})")
+    sst.add_argument("--val-examples", type=int, help=f"({DEFAULTS['val_examples']})")
+    sst.add_argument("--epochs", type=float, help=f"({DEFAULTS['epochs']:g})")
+    sst.add_argument("--ft-max-seq-length", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="a smoke run (module docstring)")
+    parser.add_argument("--in-process", action="store_true", help="for tests (module docstring)")
+    parser.add_argument("--progress-seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.minutes <= 0 or not math.isfinite(args.minutes):
+        parser.error("--minutes must be a positive number")
+    if args.cpus:
+        args.cpus = [int(c) for c in args.cpus.split(",")]
+    args.out = args.out or os.path.join(args.data_dir, "compare_objectives")
+    script = os.path.relpath(os.path.abspath(__file__))
+    args.command = shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+    return args
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """What can be checked before hours of pre-training: files, preset, SST-2 data."""
+    if not os.path.isdir(args.data_dir):
+        raise ConfigError(f"--data-dir: {args.data_dir} is not a directory")
+    load_preset(args.preset)  # names the available presets when unknown
+    if not args.no_finetune:
+        for name in ("train.tsv", "dev.tsv"):
+            if not os.path.isfile(os.path.join(args.glue_dir, name)):
+                raise ConfigError(
+                    f"--glue-dir: no {name} in {args.glue_dir} (SST-2's GLUE files; or pass "
+                    "--no-finetune)"
+                )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        objectives = load_objectives(args.objectives)
+        args.warmup = parse_warmup(args.warmup)
+        check_inputs(args)
+        shared = parse_hparams(args.hparams)
+        check_shared_hparams(shared, objectives)
+        if args.warmup is not None and "num_warmup_steps" in shared:
+            raise ConfigError("--warmup and num_warmup_steps in --hparams: give one")
+        comparison = Comparison(args, objectives)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    log(f"{len(objectives)} objectives x {args.minutes:g} min, {args.parallel} at a time; "
+        f"work folder {comparison.out}")  # fmt: skip
+    started = time.monotonic()
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # a kill of this script stops the runs as Ctrl-C does
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        pilots = comparison.run_pilots()
+        comparison.make_plan(pilots)
+        comparison.run_training()
+        metrics = {} if args.no_eval else comparison.run_evaluation()
+        summary = None if args.no_finetune else comparison.run_finetuning(pilots)
+    except (ConfigError, PlanError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        log("stopped (runs saved where they were); run the same command again to resume")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # in-process callers (tests) get theirs back
+    results = comparison.results(metrics, summary)
+    md_path, json_path = compare_report.write_report(results, comparison.out)
+    print(compare_report.render_markdown(results))
+    log(f"wrote {md_path} and {json_path} ({clock(time.monotonic() - started)} in this call)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
