@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -83,6 +83,21 @@ profile: $(STAMP)
 # Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
 	$(PY) bench/reliability_replay.py
+
+# Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
+# (issue #15; bench/compare_objectives.py, its docstring has the rules). MINUTES: per objective.
+#   make compare-objectives OBJECTIVES=electra,bert_mlm MINUTES=30 DATA_DIR=data/g64 \
+#     PRESET=gutenberg PARALLEL=2 WARMUP=0.125 [HPARAMS='{...}'] [COMPARE_ARGS=--quick]
+# Run the same command again to resume; results in $(RUN_DATA_DIR)/compare_objectives/results.md.
+OBJECTIVES ?= electra,electra_15,replace_mlm,all_tokens_mlm,bert_mlm,electric
+PRESET ?= $(SIZE)
+PARALLEL ?= 1
+GLUE_DIR ?= ../shared/data/glue/SST-2
+compare-objectives: $(STAMP) $(if $(DATA_DIR),,default-data)
+	@[ -n "$(MINUTES)" ] || { echo "error: MINUTES (wall time per objective) is required"; exit 2; }
+	$(PY) bench/compare_objectives.py --data-dir $(RUN_DATA_DIR) --objectives $(OBJECTIVES) \
+		--minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' --parallel $(PARALLEL) \
+		--glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
