@@ -42,6 +42,22 @@ TINY = {
 }
 
 
+def export_config(vocab_size, **hparams):
+    """The export tests' pre-training config: 2 layers of 32 with two heads of 16 (not the
+    H // 64 rule, so an export must read the saved config) and E 16 != H (embeddings_project)."""
+    from electra_tf.config import pretraining_config
+
+    overrides = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    }
+    values = {"vocab_size": vocab_size, "embedding_size": 16, "model_hparam_overrides": overrides}
+    return pretraining_config("tiny", hparams={**values, **hparams})
+
+
 def write_corpus(data_dir, num_records=48, seed=0):
     """vocab.txt + pretrain_tfrecords/pretrain_data.tfrecord-{0,1} with random sentences."""
     rng = np.random.default_rng(seed)

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import reference_numpy as ref
 import tensorflow as tf
+from pretrain_harness import export_config
 
 from electra_tf import checkpoints
 from electra_tf.cli import export
-from electra_tf.config import pretraining_config
 from electra_tf.data.tokenization import FullTokenizer
 from electra_tf.finetuning.glue import featurize_pair
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
@@ -66,22 +66,7 @@ json.dump(result, open(out_file, "w"))
 
 
 def _config():
-    overrides = {
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "max_position_embeddings": 64,
-    }
-    return pretraining_config(
-        "tiny",
-        hparams={
-            "vocab_size": len(VOCAB),
-            "embedding_size": 16,
-            "electric_objective": True,
-            "model_hparam_overrides": overrides,
-        },
-    )
+    return export_config(len(VOCAB), electric_objective=True)
 
 
 def _python_features(tokenizer) -> dict[str, np.ndarray]:
