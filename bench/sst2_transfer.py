@@ -85,6 +85,7 @@ def finetune(
     """One `electra_tf.finetune` run (cached by its results file); its results.json."""
     results = os.path.join(data_dir, "models", name, "results", "sst_results.json")
     if os.path.exists(results):
+        check_cached_run(data_dir, name, hparams)
         with open(results, encoding="utf-8") as f:
             return json.load(f)
     command = [python, "-m", "electra_tf.finetune", "--data-dir", data_dir]
@@ -101,6 +102,34 @@ def finetune(
     accuracy = summary["median"]["sst"]["accuracy"]
     print(f"[sst2_transfer] {name}: accuracy {accuracy:.2f} in {time.perf_counter() - start:.0f} s")
     return summary
+
+
+def check_cached_run(data_dir: str, name: str, hparams: dict[str, Any]) -> None:
+    """Refuses to reuse a finished run whose recorded settings differ from `hparams`.
+
+    Runs are cached by name, so without this a changed `--seeds`, `--train-examples`,
+    `--epochs` or checkpoint would silently reuse the old result. The first trial's
+    `finetuning_config.json` records what the run used; every key this protocol sets is
+    compared (`overwrite` only says how the run treats its own folder)."""
+    path = os.path.join(
+        data_dir, "models", name, "finetuning_models", "sst_model_1", "finetuning_config.json"
+    )
+    if not os.path.exists(path):
+        print(f"[sst2_transfer] {name}: reusing a cached result without a config to check ({path})")
+        return
+    with open(path, encoding="utf-8") as f:
+        recorded = json.load(f)
+    wanted = {"num_trials": 1, **hparams}
+    differ = [
+        f"{key}: {recorded.get(key)!r} there, {value!r} asked"
+        for key, value in sorted(wanted.items())
+        if key != "overwrite" and recorded.get(key) != value
+    ]
+    if differ:
+        raise SystemExit(
+            f"error: the cached run {os.path.join(data_dir, 'models', name)} was made with "
+            f"other settings ({'; '.join(differ)}); give another --out or move that run away"
+        )
 
 
 def lr_tag(lr: float) -> str:
@@ -130,6 +159,11 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     parser.add_argument("--full-epochs", type=float, default=0, help="0: no full-data rows.")
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
+    # The fine-tuning subprocesses run in the repository root: paths given relative to the
+    # caller's directory must not be read relative to it.
+    args.out, args.glue_dir = os.path.abspath(args.out), os.path.abspath(args.glue_dir)
+    if os.sep in args.python:
+        args.python = os.path.abspath(args.python)
 
     dirs = split_sst2(args.glue_dir, args.out, args.val_examples)
     vocab_size = sum(1 for _ in open(args.vocab_file, encoding="utf-8"))
