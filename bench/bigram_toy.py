@@ -2,16 +2,19 @@
 Garden's BertEncoder, both trained as a plain masked LM.
 
     .venv/bin/python bench/bigram_toy.py --out /tmp/bigram_toy [--steps 400] [--lr 5e-4]
+        [--seq-len 64] [--batch 32] [--warmup 50] [--hparams JSON] [--impl both|ours|mg]
 
 The language has 50 "a" words and 50 "b" words; every sentence is pairs `a<x> b<f(x)>` with f a
 bijection, so every masked token is fully determined by its neighbour and every word is equally
 frequent: masked-LM accuracy above 1/50 = 2% needs position, far above it needs the neighbour.
 Both models have the tiny preset's discriminator shape (3 x 144, 4 heads, FFN 576, embeddings
-128), batch 32 x 64, 9 masked positions per sequence (85% [MASK]), peak lr `--lr` with 50 warmup
-steps and linear decay. Ours runs through `python -m electra_tf.pretrain` with
+128), batch `--batch` x `--seq-len` (32 x 64), int(0.155 x length) masked positions per sequence
+(9; 85% [MASK]), peak lr `--lr` with `--warmup` steps and linear decay. Ours runs through `python -m electra_tf.pretrain` with
 `"electra_objective": false`; Model Garden's with its own `BertEncoder` + `MaskedLM` and Adam.
 Each prints masked-LM accuracy along the way. What it answers: if ours learned context much
-more slowly than the reference, the encoder or the training step would be at fault.
+more slowly than the reference, the encoder or the training step would be at fault. Both sit on
+a plateau (a bag-of-words solution) before they use the neighbour; the flags measure what moves
+the end of that plateau (bench/README.md, "The recipe search, fourth round").
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import os
 import random
 import subprocess
 import sys
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-N_WORDS, SEQ_LEN, BATCH, MASKED, WARMUP = 50, 64, 32, 9, 50
+N_WORDS = 50
 
 
 def write_language(out: str, seed: int = 0) -> tuple[str, str]:
@@ -48,13 +52,15 @@ def write_language(out: str, seed: int = 0) -> tuple[str, str]:
     return vocab, corpus
 
 
-def run_ours(out: str, vocab: str, records: str, steps: int, lr: float) -> None:
+def run_ours(
+    out: str, vocab: str, records: str, steps: int, lr: float, shape: dict[str, Any]
+) -> None:
     hparams = {
         "num_train_steps": steps,
-        "num_warmup_steps": WARMUP,
+        "num_warmup_steps": shape["warmup"],
         "learning_rate": lr,
-        "train_batch_size": BATCH,
-        "max_seq_length": SEQ_LEN,
+        "train_batch_size": shape["batch"],
+        "max_seq_length": shape["seq_len"],
         "iterations_per_loop": 50,
         "save_checkpoints_steps": steps,
         "electra_objective": False,
@@ -62,6 +68,7 @@ def run_ours(out: str, vocab: str, records: str, steps: int, lr: float) -> None:
         "vocab_size": len(SPECIALS) + 2 * N_WORDS,
         "pretrain_tfrecords": records,
         "do_eval": False,
+        **shape["hparams"],
     }
 
     cmd = [sys.executable, "-m", "electra_tf.pretrain", "--data-dir", out, "--model-name"]
@@ -69,20 +76,25 @@ def run_ours(out: str, vocab: str, records: str, steps: int, lr: float) -> None:
     subprocess.run(cmd, check=True, cwd=REPO)
 
 
-def run_model_garden(records: str, steps: int, lr: float, seed: int = 0) -> None:
+def run_model_garden(
+    records: str, steps: int, lr: float, shape: dict[str, Any], seed: int = 0
+) -> None:
     import numpy as np
     import tensorflow as tf
     import tf_keras as keras
     from official.nlp.modeling import layers, networks
 
     vocab_size, mask_id = len(SPECIALS) + 2 * N_WORDS, SPECIALS.index("[MASK]")
-    spec = {k: tf.io.FixedLenFeature([SEQ_LEN], tf.int64) for k in ("input_ids", "input_mask")}
+    seq_len, batch_size, warmup = shape["seq_len"], shape["batch"], shape["warmup"]
+    # The original's count of masked slots: int((0.15 + 0.005) * length), 9 at 64.
+    masked = int(0.155 * seq_len)
+    spec = {k: tf.io.FixedLenFeature([seq_len], tf.int64) for k in ("input_ids", "input_mask")}
     dataset = (
         tf.data.TFRecordDataset(tf.io.gfile.glob(records))
         .map(lambda r: tf.io.parse_single_example(r, spec))
         .repeat()
         .shuffle(1000, seed=seed)
-        .batch(BATCH)
+        .batch(batch_size)
     )
     keras.utils.set_random_seed(seed)
     encoder = networks.BertEncoder(
@@ -102,7 +114,7 @@ def run_model_garden(records: str, steps: int, lr: float, seed: int = 0) -> None
     class Schedule(keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
             step = tf.cast(step, tf.float32)
-            return tf.where(step < WARMUP, lr * step / WARMUP, decay(step))
+            return tf.where(step < warmup, lr * step / warmup, decay(step))
 
     optimizer = keras.optimizers.Adam(Schedule(), epsilon=1e-6)
 
@@ -128,7 +140,7 @@ def run_model_garden(records: str, steps: int, lr: float, seed: int = 0) -> None
         mask = batch["input_mask"].numpy().astype(np.int32)
         positions = np.stack(
             [
-                rng.choice(np.flatnonzero((m == 1) & (row >= len(SPECIALS))), MASKED, False)
+                rng.choice(np.flatnonzero((m == 1) & (row >= len(SPECIALS))), masked, False)
                 for row, m in zip(ids, mask, strict=True)
             ]
         ).astype(np.int32)
@@ -152,20 +164,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--impl", choices=("both", "ours", "mg"), default="both")
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument(
+        "--hparams",
+        default="{}",
+        help="JSON merged into ours' pre-training hparams, e.g. "
+        "'{\"model_hparam_overrides\": {...}}' (that key replaces the preset's whole shape)",
+    )
     args = parser.parse_args(argv)
     if os.path.isdir(args.out) and os.listdir(args.out):
         parser.error(f"--out {args.out} is not empty; give a new directory")
+    shape = {"seq_len": args.seq_len, "batch": args.batch, "warmup": args.warmup}
+    shape["hparams"] = json.loads(args.hparams)
     vocab, corpus = write_language(args.out)
     tfrecords = os.path.join(args.out, "tfrecords")
     build = [sys.executable, "data_prep/build_tfrecords.py", "--corpus-dir", corpus]
-    build += ["--vocab-file", vocab, "--output-dir", tfrecords, "--max-seq-length", str(SEQ_LEN)]
+    build += [
+        "--vocab-file",
+        vocab,
+        "--output-dir",
+        tfrecords,
+        "--max-seq-length",
+        str(args.seq_len),
+    ]
     build += ["--num-processes", "1", "--num-out-files", "1"]
     subprocess.run(build, check=True, cwd=REPO)
     records = os.path.join(tfrecords, "pretrain_data.tfrecord-*")
     if args.impl in ("both", "ours"):
-        run_ours(args.out, vocab, records, args.steps, args.lr)
+        run_ours(args.out, vocab, records, args.steps, args.lr, shape)
     if args.impl in ("both", "mg"):
-        run_model_garden(records, args.steps, args.lr)
+        run_model_garden(records, args.steps, args.lr, shape)
     return 0
 
 

@@ -46,7 +46,12 @@ def order_accuracies(model, dataset, config, batches: int, seed: int = 0) -> dic
     from electra_tf.pretraining.masking import mask_inputs
 
     rng = np.random.default_rng(seed)
-    special = {model.special_ids["cls_id"], model.special_ids["sep_id"], model.special_ids["mask_id"], 0}
+    special = {
+        model.special_ids["cls_id"],
+        model.special_ids["sep_id"],
+        model.special_ids["mask_id"],
+        0,
+    }
     hits = {"ordered": 0.0, "shuffled": 0.0}
     nll = {"ordered": 0.0, "shuffled": 0.0}
     total = 0.0
@@ -54,8 +59,12 @@ def order_accuracies(model, dataset, config, batches: int, seed: int = 0) -> dic
         ids = tf.cast(batch["input_ids"], tf.int32)
         mask = tf.cast(batch["input_mask"], tf.int32)
         masked = mask_inputs(
-            ids, mask, config.max_predictions_per_seq, config.mask_prob,
-            tf.constant([seed, index]), **model.special_ids,
+            ids,
+            mask,
+            config.max_predictions_per_seq,
+            config.mask_prob,
+            tf.constant([seed, index]),
+            **model.special_ids,
         )
         positions = masked["masked_lm_positions"].numpy()
         weights = masked["masked_lm_weights"].numpy()

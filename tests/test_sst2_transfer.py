@@ -75,16 +75,36 @@ def test_relative_paths_are_made_absolute_before_the_runs(tmp_path, monkeypatch)
         trials = hparams.get("num_trials", 1)
         run = os.path.join(data_dir, "models", name, "results")
         os.makedirs(run)
-        result = {"median": {"sst": {"accuracy": 50.0}}, "trials": [{"sst": {"accuracy": 50.0}}] * trials}
+        result = {
+            "median": {"sst": {"accuracy": 50.0}},
+            "trials": [{"sst": {"accuracy": 50.0}}] * trials,
+        }
         with open(os.path.join(run, "sst_results.json"), "w", encoding="utf-8") as f:
             json.dump(result, f)
         return 0, ""
 
     monkeypatch.chdir(tmp_path)
     code = sst2_transfer.main(
-        ["--glue-dir", "glue", "--out", "out", "--vocab-file", "vocab.txt", "--row", "r=ckpt",
-         "--lrs", "1e-4", "--val-examples", "10", "--train-examples", "5", "--seeds", "1",
-         "--python", "bin/python"],
+        [
+            "--glue-dir",
+            "glue",
+            "--out",
+            "out",
+            "--vocab-file",
+            "vocab.txt",
+            "--row",
+            "r=ckpt",
+            "--lrs",
+            "1e-4",
+            "--val-examples",
+            "10",
+            "--train-examples",
+            "5",
+            "--seeds",
+            "1",
+            "--python",
+            "bin/python",
+        ],
         run=record,
     )
     assert code == 0 and seen
