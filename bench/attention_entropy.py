@@ -82,6 +82,33 @@ def corruption_aucs(model, batch, special_ids, per_sequence: int = 9, seed: int 
     return out
 
 
+def load_run(parser, model_dir: str, checkpoint: str | None, check=None):
+    """A pre-training run's saved config, its pretrainer with `checkpoint`'s weights (default:
+    the latest) and the checkpoint path; `parser.error` names what is missing. `check(model)`
+    may return an error message to refuse the model before the weights are read."""
+    import tensorflow as tf
+
+    from electra_tf.checkpoints.native import restore_weights
+    from electra_tf.checkpoints.training_state import config_from_saved
+    from electra_tf.pretraining import loop
+
+    config_path = os.path.join(model_dir, "config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = config_from_saved(json.load(f), config_path)
+    if checkpoint:
+        path = os.path.join(model_dir, checkpoint)
+    else:
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            parser.error(f"no checkpoint in {model_dir}")
+    model = loop.build_model(config)
+    problem = check(model) if check else None
+    if problem:
+        parser.error(problem)
+    restore_weights(model, path)
+    return config, model, path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
@@ -92,22 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
-    from electra_tf.checkpoints.native import restore_weights
-    from electra_tf.checkpoints.training_state import config_from_saved
     from electra_tf.data.pretraining_input import pretraining_dataset
-    from electra_tf.pretraining import loop
 
-    config_path = os.path.join(args.model_dir, "config.json")
-    with open(config_path, encoding="utf-8") as f:
-        config = config_from_saved(json.load(f), config_path)
-    if args.checkpoint:
-        path = os.path.join(args.model_dir, args.checkpoint)
-    else:
-        path = tf.train.latest_checkpoint(args.model_dir)
-        if path is None:
-            parser.error(f"no checkpoint in {args.model_dir}")
-    model = loop.build_model(config)
-    restore_weights(model, path)
+    config, model, path = load_run(parser, args.model_dir, args.checkpoint)
     pattern = args.tfrecords or config.eval_tfrecords or config.resolved_pretrain_tfrecords()
     dataset = pretraining_dataset(pattern, args.batch, config.max_seq_length, is_training=False)
     batch = next(iter(dataset))

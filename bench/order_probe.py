@@ -13,7 +13,6 @@ on the shuffled pass. Prints both accuracies, their difference (the "order gain"
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -100,26 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=4, help="batches of 128 sequences")
     args = parser.parse_args(argv)
 
-    import tensorflow as tf
+    from attention_entropy import load_run
 
-    from electra_tf.checkpoints.native import restore_weights
-    from electra_tf.checkpoints.training_state import config_from_saved
     from electra_tf.data.pretraining_input import pretraining_dataset
-    from electra_tf.pretraining import loop
 
-    config_path = os.path.join(args.model_dir, "config.json")
-    with open(config_path, encoding="utf-8") as f:
-        config = config_from_saved(json.load(f), config_path)
-    if args.checkpoint:
-        path = os.path.join(args.model_dir, args.checkpoint)
-    else:
-        path = tf.train.latest_checkpoint(args.model_dir)
-        if path is None:
-            parser.error(f"no checkpoint in {args.model_dir}")
-    model = loop.build_model(config)
-    if model.generator_head is None:
-        parser.error("this model has no masked-LM generator (uniform or two-tower)")
-    restore_weights(model, path)
+    def needs_generator(model):
+        if model.generator_head is None:
+            return "this model has no masked-LM generator (uniform or two-tower)"
+        return None
+
+    config, model, path = load_run(parser, args.model_dir, args.checkpoint, needs_generator)
     pattern = args.tfrecords or config.eval_tfrecords
     if not pattern:
         parser.error("the run has no eval_tfrecords; pass --tfrecords")
