@@ -9,8 +9,8 @@ bijection, so every masked token is fully determined by its neighbour and every 
 frequent: masked-LM accuracy above 1/50 = 2% needs position, far above it needs the neighbour.
 Both models have the tiny preset's discriminator shape (3 x 144, 4 heads, FFN 576, embeddings
 128), batch `--batch` x `--seq-len` (32 x 64), int(0.155 x length) masked positions per sequence
-(9; 85% [MASK]), peak lr `--lr` with `--warmup` steps and linear decay. Ours runs through `python -m electra_tf.pretrain` with
-`"electra_objective": false`; Model Garden's with its own `BertEncoder` + `MaskedLM` and Adam.
+(9; 85% [MASK]), peak lr `--lr` with `--warmup` steps and linear decay. Ours runs through
+`python -m electra_tf.pretrain` with `"electra_objective": false`; Model Garden's with its own `BertEncoder` + `MaskedLM` and Adam.
 Each prints masked-LM accuracy along the way. What it answers: if ours learned context much
 more slowly than the reference, the encoder or the training step would be at fault. Both sit on
 a plateau (a bag-of-words solution) before they use the neighbour; the flags measure what moves

@@ -7,7 +7,8 @@ held-out text, once as it is and once with every unmasked word shuffled within i
 Each sequence keeps its masked slots (the same positions, [MASK] tokens and targets in both
 passes) and its [CLS]/[SEP]; only the visible ordinary words trade places. A model that reads
 its context as a bag of words scores the same on both; one that uses neighbours loses accuracy
-on the shuffled pass. Prints both accuracies, their difference (the "order gain") and both mean losses.
+on the shuffled pass. Prints both accuracies, their difference (the "order gain") and both mean
+losses.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def order_accuracies(model, dataset, config, batches: int, seed: int = 0) -> dic
             config.max_predictions_per_seq,
             config.mask_prob,
             tf.constant([seed, index]),
+            with_replacement=config.mask_positions_with_replacement,
             **model.special_ids,
         )
         positions = masked["masked_lm_positions"].numpy()
