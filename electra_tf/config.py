@@ -239,6 +239,11 @@ class PretrainingConfig:
     untied_generator: bool = True  # False: generator and discriminator share all weights
     generator_layers: float = 1.0  # fraction of discriminator layers
     generator_hidden_size: float = 0.25  # fraction of discriminator hidden size
+    # The generator's own weights (not the shared embeddings) start from a truncated normal of
+    # this stddev (ours; None: the encoder's initializer_range, as the original). A larger range
+    # lets a tiny generator find word order sooner while the discriminator keeps the 0.02 it
+    # fine-tunes from (bench/README.md, the fifth round of #12).
+    generator_initializer_range: float | None = None
     disallow_correct: bool = False  # never sample the original token
     temperature: float = 1.0
 
@@ -305,7 +310,7 @@ class PretrainingConfig:
         check_ranges(
             self,
             # 0 is allowed: it freezes the weights (tests score checkpoints that way).
-            positive=("generator_layers", "generator_hidden_size"),
+            positive=("generator_layers", "generator_hidden_size", "generator_initializer_range"),
             at_least_one=(
                 "num_train_steps",
                 "train_batch_size",
@@ -422,6 +427,7 @@ class PretrainingConfig:
         hidden = int(round(disc.hidden_size * self.generator_hidden_size))
         return dataclasses.replace(
             disc,
+            initializer_range=self.generator_initializer_range or disc.initializer_range,
             hidden_size=hidden,
             num_hidden_layers=int(round(disc.num_hidden_layers * self.generator_layers)),
             num_attention_heads=max(1, hidden // 64),

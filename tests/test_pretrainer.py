@@ -338,3 +338,31 @@ def test_generator_lr_multiplier_must_not_be_negative():
 
     with pytest.raises(ConfigError, match="generator_lr_multiplier"):
         one_layer_config(generator_lr_multiplier=-1.0)
+
+
+def test_generator_initializer_range_sets_only_the_generators_own_weights():
+    """`generator_initializer_range` (ours): the generator's own kernels start at that stddev;
+    the discriminator and the shared embedding table keep `initializer_range`."""
+    tf.random.set_seed(0)
+    model = ElectraPretrainer(one_layer_config(generator_initializer_range=0.5), **SPECIAL_IDS)
+    model(tiny_batch())
+    variables = model.variable_map()
+    # A truncated normal cut at 2 stddevs has 0.88 of the stddev.
+    spread = {
+        name: float(np.std(variables[name].numpy()))
+        for name in (
+            "generator/encoder/layer_0/intermediate/dense/kernel",
+            "electra/encoder/layer_0/intermediate/dense/kernel",
+            "electra/embeddings/word_embeddings",
+        )
+    }
+    assert 0.38 < spread["generator/encoder/layer_0/intermediate/dense/kernel"] < 0.5, spread
+    assert 0.015 < spread["electra/encoder/layer_0/intermediate/dense/kernel"] < 0.02, spread
+    assert 0.015 < spread["electra/embeddings/word_embeddings"] < 0.02, spread
+
+
+def test_generator_initializer_range_must_be_positive():
+    from electra_tf.config import ConfigError
+
+    with pytest.raises(ConfigError, match="generator_initializer_range"):
+        one_layer_config(generator_initializer_range=0.0)
