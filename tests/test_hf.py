@@ -148,5 +148,8 @@ def test_an_electric_discriminator_does_not_pass_as_electras(tmp_path, electric,
     assert written.get("electric_objective", False) is electric
     assert ("energy" in written.get("electra_tf_note", "")) is electric
     assert ("Electric discriminator" in caplog.text) is electric
-    # The extra keys do not stop the folder from being read back as an ELECTRA network.
+    # The extra keys do not stop the folder from being read back as an ELECTRA network,
+    # and the folder reads back as the objective it was written from.
     assert hf.read_model_configs(str(tmp_path))["discriminator"].hidden_size == 8
+    back = hf.read_hf(str(tmp_path)).config
+    assert back.electric_objective is electric and back.electra_objective is not electric

@@ -50,7 +50,8 @@ def config_from_models(
         "max_seq_length": min(PretrainingConfig.max_seq_length, disc.max_position_embeddings),
         "untied_generator_embeddings": untied_embeddings,
     }
-    if electric:
+    if electric:  # as the original's README runs Electric
+        values["electra_objective"] = False
         values["electric_objective"] = True
     if gen is not None:
         values["generator_hidden_size"] = gen.hidden_size / disc.hidden_size

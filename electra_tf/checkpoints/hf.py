@@ -8,7 +8,8 @@ This module is the ONE place where original TF1 names (ORIGINAL.md section 5, th
     <dir>/generator/{config.json, model.safetensors}       ElectraForMaskedLM
 
 An Electric discriminator keeps ElectraForPreTraining (the class with its modules) and says in
-its config.json that the head's output is an energy (`electric_objective`, `electra_tf_note`).
+its config.json that the head's output is an energy (`electric_objective`, `electra_tf_note`);
+read back, that key makes the folder's config an Electric one again.
 
 Name map (i = layer index; "T" = the kernel is transposed, since torch Linear stores [out, in]):
 
@@ -294,24 +295,34 @@ def folders(path: str) -> dict[str, str]:
     return {part: path}
 
 
+def _read_config_json(folder: str) -> dict[str, Any]:
+    config_path = os.path.join(folder, CONFIG_FILE)
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HFFormatError(f"{config_path}: not a readable JSON config ({e})") from e
+
+
 def read_model_configs(path: str) -> dict[str, ModelConfig]:
     """The ModelConfig of each HF folder at `path`, from its config.json alone (no tensors)."""
-    configs = {}
-    for part, folder in folders(path).items():
-        config_path = os.path.join(folder, CONFIG_FILE)
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                values = json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise HFFormatError(f"{config_path}: not a readable JSON config ({e})") from e
-        configs[part] = model_config_from_dict(values, config_path)
-    return configs
+    return {
+        part: model_config_from_dict(_read_config_json(folder), os.path.join(folder, CONFIG_FILE))
+        for part, folder in folders(path).items()
+    }
+
+
+def is_electric(path: str) -> bool:
+    """Whether the discriminator folder at `path` says it is Electric's (`write_hf_files`)."""
+    folder = folders(path).get(DISCRIMINATOR)
+    return bool(folder and _read_config_json(folder).get("electric_objective") is True)
 
 
 def pretraining_config(
-    configs: Mapping[str, ModelConfig], untied: bool, path: str
+    configs: Mapping[str, ModelConfig], untied: bool, path: str, electric: bool = False
 ) -> PretrainingConfig:
-    """The PretrainingConfig of HF folders, from their ModelConfigs."""
+    """The PretrainingConfig of HF folders, from their ModelConfigs (`electric`: the
+    discriminator folder is an Electric one, see `is_electric`)."""
     disc = configs.get(DISCRIMINATOR)
     if disc is None and GENERATOR in configs:  # a masked LM: the original's BERT objective
         config = config_from_models(configs[GENERATOR], None, where=path)
@@ -321,7 +332,7 @@ def pretraining_config(
             f"{path}: a generator folder without a discriminator folder needs --config "
             "(the discriminator's size is not recorded anywhere in it)"
         )
-    return config_from_models(disc, configs.get(GENERATOR), untied, where=path)
+    return config_from_models(disc, configs.get(GENERATOR), untied, where=path, electric=electric)
 
 
 # The keys of a bare `ElectraModel` folder (`ElectraModel.save_pretrained`, and the encoder of
@@ -429,7 +440,7 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
     weights, configs, unused = read(path, masked_lm)
     if config is None:
         untied = "generator/embeddings/word_embeddings" in weights
-        config = pretraining_config(configs, untied, path)
+        config = pretraining_config(configs, untied, path, electric=is_electric(path))
     return SourceWeights(weights, "hf", path, config, None, [], unused)
 
 
