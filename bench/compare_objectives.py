@@ -29,6 +29,8 @@ counts are refused there) and gets the same wall-time budget, `--minutes`:
    otherwise (the report says which).
 5. SST-2 (bench/sst2_transfer.py, unchanged protocol): one row per final discriminator, plus a
    random initialisation of the same shape; the same lr sweep, seeds and sentences for all.
+   With `--parallel 2`, two rows at a time (`sst2_transfer.py --jobs 2`), each run pinned to
+   one of the same cores with one TensorFlow thread.
 6. `OUT/results.md` and `OUT/results.json`: steps, tokens, the measured wall time, held-out
    metrics, lr chosen, dev accuracy per seed and median, the command, and where the ordering
    differs from the paper's Table 5.
@@ -329,6 +331,9 @@ class Comparison:
         argv += ["--lrs", a.lrs, "--seeds", str(a.seeds), "--train-examples", str(a.train_examples)]
         argv += ["--val-examples", str(a.val_examples), "--epochs", str(a.epochs)]
         argv += ["--max-seq-length", str(a.ft_max_seq_length)]
+        if a.parallel > 1 and self.launcher.cpus:  # rows on the pre-training's cores
+            cpus = self.launcher.cpus[: a.parallel]
+            argv += ["--jobs", str(len(cpus)), "--cpus", ",".join(map(str, cpus))]
         rows = [*self.objectives, RANDOM_ROW]
         counter = FinetuneCounter(a.in_process, sst_out, rows, a.lrs.split(","))
         log(f"SST-2: {len(rows)} rows, at most {counter.total} fine-tuning runs to go")

@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         f"of position vectors {np.linalg.norm(positions, axis=1).mean():.3f}"
     )
     for word, near in found.items():
-        shown = "not in the vocabulary" if near is None else " ".join(
-            f"{w}:{c:.2f}" for w, c in near
+        shown = (
+            "not in the vocabulary" if near is None else " ".join(f"{w}:{c:.2f}" for w, c in near)
         )
         print(f"{word}: {shown}")
     return 0

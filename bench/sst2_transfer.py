@@ -13,6 +13,9 @@ Training sentences never include the validation slice. Each fine-tuning run is t
 own `python -m electra_tf.finetune`; a run whose results file exists is not repeated, so the
 script resumes where it stopped. `--full-epochs E` adds, per row, one trial on every training
 sentence (all but the validation slice) for E epochs, at the row's chosen learning rate.
+`--jobs 2` fine-tunes two rows at once, each run pinned to its own core (`taskset`, `--cpus`)
+with one TensorFlow thread (the rows' runs and caches do not overlap, and the fine-tuning
+TFRecords they share are written atomically).
 
     python bench/sst2_transfer.py --glue-dir ../shared/data/glue/SST-2 --out data/sst2 \\
         --vocab-file pretrained/electra-tiny-gutenberg/vocab.txt \\
@@ -27,10 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
+import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +84,37 @@ def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     (bench/compare_objectives.py passes its own, to count runs or to run them in-process.)"""
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     return done.returncode, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+# The environment of a run pinned to one core: one TensorFlow thread of each kind.
+ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def pinning_cpus(parser: argparse.ArgumentParser, jobs: int, cpus: str | None) -> list[int]:
+    """The cores `--jobs` rows run on (none for one job); `parser.error` says what is wrong."""
+    if jobs < 1:
+        parser.error(f"--jobs must be at least 1, not {jobs}")
+    if jobs == 1:
+        if cpus:
+            parser.error("--cpus needs --jobs 2 or more")
+        return []
+    try:
+        chosen = [int(c) for c in cpus.split(",")] if cpus else sorted(os.sched_getaffinity(0))
+    except ValueError:
+        parser.error(f"--cpus {cpus!r}: not a comma-separated list of core numbers")
+    if len(chosen) < jobs:
+        parser.error(f"--jobs {jobs}: only cores {chosen} to run on")
+    if not shutil.which("taskset"):
+        parser.error("--jobs pins each run to a core with taskset, which is not installed")
+    return chosen[:jobs]
+
+
+def pinned(command: list[str], cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu), *command]
+
+
+def one_thread(env: dict[str, str]) -> dict[str, str]:
+    return {**env, **ONE_THREAD}
 
 
 def finetune(
@@ -158,7 +196,15 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     parser.add_argument("--layerwise-lr-decay", type=float, default=1.0)
     parser.add_argument("--full-epochs", type=float, default=0, help="0: no full-data rows.")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="Rows fine-tuned at once, each run pinned to its own core with one TF thread.",
+    )
+    parser.add_argument("--cpus", help="Cores for --jobs, e.g. 0,1 (default: the first ones).")
     args = parser.parse_args(argv)
+    cpus = pinning_cpus(parser, args.jobs, args.cpus)
     # The fine-tuning subprocesses run in the repository root: paths given relative to the
     # caller's directory must not be read relative to it.
     args.out, args.glue_dir = os.path.abspath(args.out), os.path.abspath(args.glue_dir)
@@ -177,7 +223,9 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     }
     lrs = [float(x) for x in args.lrs.split(",")]
     summary: dict[str, Any] = {"protocol": {**vars(args), "lrs": lrs}, "rows": {}}
-    for row in args.row:
+    summary_lock = threading.Lock()
+
+    def one_row(row: str, run: Any) -> None:
         name, _, init = row.partition("=")
         if init == "random":
             if not args.random_shape:
@@ -217,9 +265,34 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
             full["max_train_examples"] = None
             done = finetune(dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, args.python, run)
             result["full_dev_accuracy"] = done["median"]["sst"]["accuracy"]
-        summary["rows"][name] = result
-        with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+        with summary_lock:
+            summary["rows"][name] = result
+            with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
+                json.dump(summary, f, indent=2)
+
+    if args.jobs == 1:
+        for row in args.row:
+            one_row(row, run)
+    else:
+        free = queue.Queue()
+        for cpu in cpus:
+            free.put(cpu)
+
+        def pinned_row(row: str) -> None:
+            cpu = free.get()  # one row at a time per core; its runs go to that core
+            try:
+                one_row(row, lambda command, env: run(pinned(command, cpu), one_thread(env)))
+            finally:
+                free.put(cpu)
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for done in [pool.submit(pinned_row, row) for row in args.row]:
+                done.result()  # re-raises a failed row's error
+    # The summary in the order the rows were given, whatever order they finished in.
+    order = [row.partition("=")[0] for row in args.row]
+    summary["rows"] = {name: summary["rows"][name] for name in order}
+    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
 
     print(
         "\n| init | val accuracy by lr | lr | dev accuracy (seeds) | median |"
