@@ -189,10 +189,14 @@ def run_finetune_in_process(command: list[str]) -> tuple[int, str]:
 class FinetuneCounter:
     """sst2_transfer's command runner, with a progress line and an ETA after each fine-tuning
     run. `total` counts the runs whose results are not cached yet (an upper bound: a row whose
-    dev run is cached but not its sweep counts its dev run too)."""
+    dev run is cached but not its sweep counts its dev run too). `jobs`: runs going at once
+    (sst2_transfer's `--jobs`), which divides the time left."""
 
-    def __init__(self, in_process: bool, sst_out: str, rows: list[str], lrs: list[str]):
-        self.in_process = in_process
+    def __init__(
+        self, in_process: bool, sst_out: str, rows: list[str], lrs: list[str], jobs: int = 1
+    ):
+        self.in_process, self.jobs = in_process, jobs
+        self.lock = threading.Lock()
         tags = [sst2_transfer.lr_tag(float(lr)) for lr in lrs]
         done = 0
         for row in rows:
@@ -206,16 +210,15 @@ class FinetuneCounter:
         self.count, self.seconds = 0, 0.0
 
     def __call__(self, command: list[str], env: dict[str, str]) -> tuple[int, str]:
-        self.count += 1
         started = time.monotonic()
         if self.in_process:
             code, output = run_finetune_in_process(command)
         else:
             code, output = sst2_transfer.run_command(command, env)
-        self.seconds += time.monotonic() - started
-        left = max(0, self.total - self.count)
-        log(
-            f"fine-tuning run {self.count} of <= {self.total} done; SST-2 ETA <= "
-            f"{clock(left * self.seconds / self.count)}"
-        )
+        with self.lock:  # with --jobs, runs end in several threads
+            self.count += 1
+            self.seconds += time.monotonic() - started
+            left = max(0, self.total - self.count)
+            eta = left * self.seconds / self.count / self.jobs
+            log(f"fine-tuning run {self.count} of <= {self.total} done; SST-2 ETA <= {clock(eta)}")
         return code, output

@@ -331,11 +331,13 @@ class Comparison:
         argv += ["--lrs", a.lrs, "--seeds", str(a.seeds), "--train-examples", str(a.train_examples)]
         argv += ["--val-examples", str(a.val_examples), "--epochs", str(a.epochs)]
         argv += ["--max-seq-length", str(a.ft_max_seq_length)]
+        jobs = 1
         if a.parallel > 1 and self.launcher.cpus:  # rows on the pre-training's cores
             cpus = self.launcher.cpus[: a.parallel]
-            argv += ["--jobs", str(len(cpus)), "--cpus", ",".join(map(str, cpus))]
+            jobs = len(cpus)
+            argv += ["--jobs", str(jobs), "--cpus", ",".join(map(str, cpus))]
         rows = [*self.objectives, RANDOM_ROW]
-        counter = FinetuneCounter(a.in_process, sst_out, rows, a.lrs.split(","))
+        counter = FinetuneCounter(a.in_process, sst_out, rows, a.lrs.split(","), jobs)
         log(f"SST-2: {len(rows)} rows, at most {counter.total} fine-tuning runs to go")
         sst2_transfer.main(argv, run=counter)
         return read_json(os.path.join(sst_out, "summary.json"))

@@ -121,6 +121,24 @@ def test_the_finetuning_eta_counts_only_runs_not_cached(tmp_path):
     assert FinetuneCounter(False, str(tmp_path), ["electra", "random"], ["1e-4"]).total == 1
 
 
+def test_finetune_counter_eta_divides_by_the_runs_going_at_once(tmp_path, monkeypatch, capsys):
+    import compare_launcher
+    from compare_launcher import FinetuneCounter
+
+    calls = []  # the run's start reads 0 s, every later read 100 s: one run of 100 s
+
+    def clock_reading():
+        calls.append(None)
+        return 0.0 if len(calls) == 1 else 100.0
+
+    monkeypatch.setattr(compare_launcher.time, "monotonic", clock_reading)
+    monkeypatch.setattr(compare_launcher.sst2_transfer, "run_command", lambda c, e: (0, ""))
+    # 3 rows x (2 lrs + 1 dev run) = 9 runs; after one, 8 are left at 100 s each, 2 at once.
+    counter = FinetuneCounter(False, str(tmp_path), ["a", "b", "c"], ["1e-4", "3e-4"], jobs=2)
+    assert counter(["python"], {}) == (0, "")
+    assert "run 1 of <= 9 done; SST-2 ETA <= 0:06:40" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------- report
 def _row(objective, trials):
     return {
