@@ -82,6 +82,12 @@ def corruption_aucs(model, batch, special_ids, per_sequence: int = 9, seed: int 
     return out
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, example_checkpoint: str) -> None:
+    """`--model-dir` and `--checkpoint`, the two arguments `load_run` reads."""
+    parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
+    parser.add_argument("--checkpoint", help=f"e.g. {example_checkpoint} (default: the latest)")
+
+
 def load_run(parser, model_dir: str, checkpoint: str | None, check=None):
     """A pre-training run's saved config, its pretrainer with `checkpoint`'s weights (default:
     the latest) and the checkpoint path; `parser.error` names what is missing. `check(model)`
@@ -111,8 +117,7 @@ def load_run(parser, model_dir: str, checkpoint: str | None, check=None):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
-    parser.add_argument("--checkpoint", help="e.g. ckpt-500 (default: the latest)")
+    add_run_arguments(parser, "ckpt-500")
     parser.add_argument("--tfrecords", help="default: the run's eval_tfrecords")
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args(argv)

@@ -49,15 +49,14 @@ def neighbours(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attention_entropy import add_run_arguments, load_run
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
-    parser.add_argument("--checkpoint", help="e.g. ckpt-3400 (default: the latest)")
+    add_run_arguments(parser, "ckpt-3400")
     parser.add_argument("--vocab-file", required=True, help="the run's vocab.txt")
     parser.add_argument("--words", default=WORDS, help=f"comma-separated ({WORDS})")
     parser.add_argument("--top", type=int, default=8)
     args = parser.parse_args(argv)
-
-    from attention_entropy import load_run
 
     _, model, path = load_run(parser, args.model_dir, args.checkpoint)
     variables = model.variable_map()

@@ -43,9 +43,10 @@ def names_to_reinitialise(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attention_entropy import add_run_arguments, load_run
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
-    parser.add_argument("--checkpoint", help="e.g. ckpt-1950 (default: the latest)")
+    add_run_arguments(parser, "ckpt-1950")
     parser.add_argument("--out", required=True, help="directory for the hybrid checkpoint")
     parser.add_argument("--fresh", help="comma-separated name parts to reinitialise")
     parser.add_argument("--keep", help="comma-separated name parts to keep; the rest is fresh")
@@ -57,7 +58,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.out} already holds a checkpoint; choose another --out")
 
     import tensorflow as tf
-    from attention_entropy import load_run
 
     from electra_tf.checkpoints.native import write_native_files
     from electra_tf.pretraining import loop

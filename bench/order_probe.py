@@ -94,14 +94,13 @@ def order_accuracies(model, dataset, config, batches: int, seed: int = 0) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attention_entropy import add_run_arguments, load_run
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model-dir", required=True, help="a pre-training run's directory")
-    parser.add_argument("--checkpoint", help="e.g. ckpt-500 (default: the latest)")
+    add_run_arguments(parser, "ckpt-500")
     parser.add_argument("--tfrecords", help="default: the run's eval_tfrecords")
     parser.add_argument("--batches", type=int, default=4, help="batches of 128 sequences")
     args = parser.parse_args(argv)
-
-    from attention_entropy import load_run
 
     from electra_tf.data.pretraining_input import pretraining_dataset
 
