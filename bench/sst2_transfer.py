@@ -225,6 +225,10 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     summary: dict[str, Any] = {"protocol": {**vars(args), "lrs": lrs}, "rows": {}}
     summary_lock = threading.Lock()
 
+    def write_summary() -> None:
+        with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+
     def one_row(row: str, run: Any) -> None:
         name, _, init = row.partition("=")
         if init == "random":
@@ -267,8 +271,7 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
             result["full_dev_accuracy"] = done["median"]["sst"]["accuracy"]
         with summary_lock:
             summary["rows"][name] = result
-            with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-                json.dump(summary, f, indent=2)
+            write_summary()
 
     if args.jobs == 1:
         for row in args.row:
@@ -291,8 +294,7 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     # The summary in the order the rows were given, whatever order they finished in.
     order = [row.partition("=")[0] for row in args.row]
     summary["rows"] = {name: summary["rows"][name] for name in order}
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+    write_summary()
 
     print(
         "\n| init | val accuracy by lr | lr | dev accuracy (seeds) | median |"
