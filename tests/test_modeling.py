@@ -368,3 +368,74 @@ def test_dropout_placement_matches_numpy_reference(monkeypatch):
     )
     assert calls == [rates[k] for k in drawn]
     np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_training_layer_norm_and_gelu_match_automatic_differentiation():
+    # The hand-written gradients of the training forms (issue #16) against tf's automatic
+    # differentiation of the Keras layer and activation, on 3-D input whose rows have a large
+    # mean next to their spread (the case where a one-pass variance would lose digits).
+    import tf_keras as keras
+
+    from electra_tf.modeling.utils import _gelu_train, _layer_norm_train, layer_norm
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(3.0, 0.5, size=(2, 5, 16)), tf.float32)
+    dy = tf.constant(rng.normal(size=(2, 5, 16)), tf.float32)
+    norm = layer_norm()
+    norm.build([None, None, 16])
+    norm.gamma.assign(rng.normal(1.0, 0.3, size=16))
+    norm.beta.assign(rng.normal(0.0, 0.3, size=16))
+
+    def values_and_grads(f):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(y * dy)
+        return [y, *tape.gradient(loss, [x, norm.gamma, norm.beta])]
+
+    expected = values_and_grads(norm)
+    got = values_and_grads(lambda t: _layer_norm_train(t, norm.gamma, norm.beta, norm.epsilon))
+    for name, a, b in zip(["y", "dx", "dgamma", "dbeta"], got, expected):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+
+    z = tf.constant(rng.normal(0.0, 2.0, size=(3, 64)), tf.float32)
+
+    def gelu_and_grad(f):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = f(z)
+        return y.numpy(), tape.gradient(y, z).numpy()
+
+    keras_y, keras_grad = gelu_and_grad(keras.activations.gelu)
+    train_y, train_grad = gelu_and_grad(_gelu_train)
+    np.testing.assert_allclose(train_y, keras_y, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(train_grad, keras_grad, rtol=1e-5, atol=1e-6)
+    # Both against the closed form in float64: Phi(z) + z * phi(z).
+    z64 = z.numpy().astype(np.float64)
+    phi = np.exp(-0.5 * z64**2) / np.sqrt(2 * np.pi)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(z64 / np.sqrt(2)))
+    np.testing.assert_allclose(train_grad, cdf + z64 * phi, rtol=1e-5, atol=1e-6)
+
+
+def test_training_graph_computes_what_the_inference_graph_does():
+    # Without dropout, training=True differs from training=False only in the forms of GELU and
+    # LayerNorm (hand-written gradients): the outputs and every variable's gradient must agree.
+    config = dataclasses.replace(TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    encoder = TransformerEncoder(config)
+    ref.perturb(encoder.variable_map().values())
+    inputs = random_inputs()
+    weights = list(encoder.variable_map().values())
+    results = []
+    for training in (False, True):
+        with tf.GradientTape() as tape:
+            out = encoder(inputs, training=training)["sequence_output"]
+            loss = tf.reduce_sum(out * tf.sin(tf.range(16, dtype=tf.float32)))
+        grads = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, weights)]
+        results.append((out.numpy(), grads))
+    (out_eval, grads_eval), (out_train, grads_train) = results
+    np.testing.assert_allclose(out_train, out_eval, rtol=1e-5, atol=1e-5)
+    # float32 sums in another order: an absolute slack of 1e-5 of the largest gradient (the key
+    # bias's true gradient is 0, so its entries are rounding noise on either side).
+    scale = max(np.abs(g).max() for g in grads_eval)
+    for name, a, b in zip(encoder.variable_map(), grads_train, grads_eval):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=name)

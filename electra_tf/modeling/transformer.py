@@ -10,6 +10,7 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
+    apply_activation,
     apply_layer_norm,
     build_sublayer,
     dense_map,
@@ -73,8 +74,9 @@ class TransformerLayer(ConfiguredLayer):
         self.value = dense(hidden, "value")
         self.attention_output = dense(hidden, "attention_output")
         self.attention_layer_norm = layer_norm("attention_layer_norm", self.dtype_policy)
-        # hidden_act is "gelu" for every ELECTRA model: tf_keras's gelu is the exact erf form.
-        self.intermediate = dense(config.intermediate_size, "intermediate", config.hidden_act)
+        # hidden_act ("gelu", the exact erf form, for every ELECTRA model) is applied in call:
+        # `apply_activation` gives training its own form of GELU.
+        self.intermediate = dense(config.intermediate_size, "intermediate")
         self.output_dense = dense(hidden, "output_dense")
         self.output_layer_norm = layer_norm("output_layer_norm", self.dtype_policy)
         self.attention_dropout = keras.layers.Dropout(
@@ -133,7 +135,8 @@ class TransformerLayer(ConfiguredLayer):
         context = tf.reshape(context, [-1, self.config.hidden_size])
         attention = self.hidden_dropout(self.attention_output(context), training=training)
         attention = apply_layer_norm(self.attention_layer_norm, attention + rows, training)
-        ffn = self.output_dense(self.intermediate(attention))
+        ffn = apply_activation(self.config.hidden_act, self.intermediate(attention), training)
+        ffn = self.output_dense(ffn)
         ffn = self.hidden_dropout(ffn, training=training)
         output = apply_layer_norm(self.output_layer_norm, ffn + attention, training)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])

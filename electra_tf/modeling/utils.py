@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Iterator
 
@@ -59,8 +60,9 @@ def serving_layer_norms() -> Iterator[None]:
 def apply_layer_norm(
     norm: keras.layers.LayerNormalization, x: tf.Tensor, training: bool = False
 ) -> tf.Tensor:
-    """`norm(x)` over the last axis, with the same variables and epsilon; when tracing a serving
-    signature (`serving_layer_norms`), not training, in float32, written so that it fuses.
+    """`norm(x)` over the last axis, with the same variables and epsilon. In float32, two other
+    forms of the same function: in training, `_layer_norm_train` (a hand-written gradient);
+    when tracing a serving signature (`serving_layer_norms`), one that Grappler fuses.
 
     tf_keras' LayerNormalization with the original's epsilon of 1e-12 cannot use its
     FusedBatchNorm path (that op's Python wrapper raises epsilon to 1.001e-5), so it is eight
@@ -69,8 +71,12 @@ def apply_layer_norm(
     offset, empty mean/variance) -> Reshape -> Mul(gamma) -> AddV2(beta), on 2-D or 3-D input.
     The raw op keeps epsilon at 1e-12, and the remapper copies it into the fused kernel.
     """
+    if norm.compute_dtype != "float32":
+        return norm(x)
+    if training:
+        return _layer_norm_train(x, norm.gamma, norm.beta, norm.epsilon)
     tracing = getattr(_serving_trace, "active", False) and not tf.executing_eagerly()
-    if training or not tracing or norm.compute_dtype != "float32":
+    if not tracing:
         return norm(x)
     shape = tf.shape(x)
     width = x.shape[-1]
@@ -90,6 +96,67 @@ def apply_layer_norm(
         is_training=True,
     )[0]
     return tf.reshape(normalised, shape) * norm.gamma + norm.beta
+
+
+def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsilon: float):
+    """LayerNorm over the last axis with its gradient written out (issue #16).
+
+    The same function as the Keras layer (mean, then the variance of the centred values, so the
+    same two-pass accuracy), but automatic differentiation of the layer's eight forward ops
+    emits about twenty backward ops, each a pass over the activations; the closed form below is
+    ten. With xhat = (x - mean) * r, r = 1 / sqrt(var + eps) and g = dy * gamma:
+    dx = r * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum(dy * xhat), dbeta = sum(dy).
+    Checked against automatic differentiation of the Keras layer in tests/test_modeling.py.
+    """
+
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+        centred = x - mean
+        variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+        inverse = tf.math.rsqrt(variance + epsilon)
+        normalised = centred * inverse
+
+        def backward(dy):
+            width = tf.shape(x)[-1]
+            dgamma = tf.reduce_sum(tf.reshape(dy * normalised, [-1, width]), axis=0)
+            dbeta = tf.reduce_sum(tf.reshape(dy, [-1, width]), axis=0)
+            scaled = dy * gamma
+            dx = inverse * (
+                scaled
+                - tf.reduce_mean(scaled, axis=-1, keepdims=True)
+                - normalised * tf.reduce_mean(scaled * normalised, axis=-1, keepdims=True)
+            )
+            return dx, dgamma, dbeta
+
+        return normalised * gamma + beta, backward
+
+    return forward(x, gamma, beta)
+
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@tf.custom_gradient
+def _gelu_train(x: tf.Tensor):
+    """x * Phi(x) (the exact, erf GELU) with its derivative Phi(x) + x * phi(x) written out:
+    automatic differentiation of erfc and the products around it costs three more passes."""
+    cdf = 0.5 * tf.math.erfc(-x * _SQRT_HALF)
+
+    def backward(dy):
+        return dy * (cdf + x * (tf.exp(-0.5 * tf.square(x)) * _INV_SQRT_2PI))
+
+    return x * cdf, backward
+
+
+def apply_activation(name: str, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+    """The config's `hidden_act` on x. The exact GELU in float32 training takes
+    `_gelu_train` (the same values, a shorter gradient); inference keeps the Keras form, which
+    the serving graph fuses into the matrix product before it."""
+    if name == "gelu" and training and x.dtype == tf.float32:
+        return _gelu_train(x)
+    return keras.activations.get(name)(x)
 
 
 def build_sublayer(layer: keras.layers.Layer, input_shape) -> None:
