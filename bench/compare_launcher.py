@@ -77,7 +77,7 @@ class Launcher:
             os.makedirs(os.path.dirname(job.log_path), exist_ok=True)
             command = [sys.executable, *job.argv]
             if self.cpus:
-                command = ["taskset", "-c", str(self.cpus[i % len(self.cpus)]), *command]
+                command = sst2_transfer.pinned(command, self.cpus[i % len(self.cpus)])
             with open(job.log_path, "a", encoding="utf-8") as logf:
                 logf.write(f"$ {shlex.join(command)}\n")
                 logf.flush()

@@ -56,7 +56,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -122,11 +121,10 @@ class Comparison:
         self.budget_s = args.minutes * 60
         cpus = None
         if (args.parallel > 1 or args.cpus) and not args.in_process:
-            if not shutil.which("taskset"):
-                raise ConfigError("pinning runs to cores needs taskset, which is not installed")
-            cpus = args.cpus or sorted(os.sched_getaffinity(0))[: args.parallel]
-            if len(cpus) < args.parallel:
-                raise ConfigError(f"--parallel {args.parallel}: only cores {cpus} are available")
+            try:
+                cpus = sst2_transfer.choose_cpus(args.parallel, args.cpus)
+            except ValueError as e:
+                raise ConfigError(f"--parallel {args.parallel}: {e}") from None
         threads = args.threads or (1 if args.parallel > 1 else None)
         self.launcher = Launcher(cpus, threads, args.in_process, args.progress_seconds)
         # What a resumed call must share with the first: any change would mix plans.

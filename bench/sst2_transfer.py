@@ -90,6 +90,17 @@ def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
 ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
+def choose_cpus(jobs: int, cpus: list[int] | None) -> list[int]:
+    """The `jobs` cores that runs pinned one per core go to: `cpus` (default: the cores this
+    process may use), checked; ValueError says what is wrong."""
+    chosen = cpus or sorted(os.sched_getaffinity(0))
+    if len(chosen) < jobs:
+        raise ValueError(f"{jobs} runs at once, but only cores {chosen} to run on")
+    if not shutil.which("taskset"):
+        raise ValueError("pinning runs to cores needs taskset, which is not installed")
+    return chosen[:jobs]
+
+
 def pinning_cpus(parser: argparse.ArgumentParser, jobs: int, cpus: str | None) -> list[int]:
     """The cores `--jobs` rows run on (none for one job); `parser.error` says what is wrong."""
     if jobs < 1:
@@ -99,14 +110,13 @@ def pinning_cpus(parser: argparse.ArgumentParser, jobs: int, cpus: str | None) -
             parser.error("--cpus needs --jobs 2 or more")
         return []
     try:
-        chosen = [int(c) for c in cpus.split(",")] if cpus else sorted(os.sched_getaffinity(0))
+        listed = [int(c) for c in cpus.split(",")] if cpus else None
     except ValueError:
         parser.error(f"--cpus {cpus!r}: not a comma-separated list of core numbers")
-    if len(chosen) < jobs:
-        parser.error(f"--jobs {jobs}: only cores {chosen} to run on")
-    if not shutil.which("taskset"):
-        parser.error("--jobs pins each run to a core with taskset, which is not installed")
-    return chosen[:jobs]
+    try:
+        return choose_cpus(jobs, listed)
+    except ValueError as e:
+        parser.error(f"--jobs {jobs}: {e}")
 
 
 def pinned(command: list[str], cpu: int) -> list[str]:
