@@ -11,7 +11,10 @@ Usage:
         [--configs default,fp32,...] [--skip-peer] [--no-extras]
 
 Rows: the project at its default precision/XLA (resolved for this machine), at float32 and
-mixed_bfloat16 with XLA on and off, and Model Garden fp32. `--batch 128 --configs default
+mixed_bfloat16 with XLA on and off, and Model Garden fp32. `--baseline DIR` adds a row
+`baseline`: the default configuration with the `electra_tf` package of another checkout (e.g. a
+`git worktree` of an earlier commit), timed by this checkout's harness in the same rounds, for
+before/after figures of a change. `--batch 128 --configs default
 --skip-peer` gives the peak memory of the small preset at batch 128.
 """
 
@@ -43,6 +46,19 @@ CONFIGS: dict[str, dict[str, str]] = {
 }
 DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32"
 PEER = "mg-fp32"
+BASELINE = "baseline"
+
+
+def _revision(directory: str) -> str:
+    """The commit a checkout is at (or why not), for the baseline row's label."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", directory, "log", "-1", "--format=%h %s"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"no git: {e}"
+    return proc.stdout.strip()[:70] or "no git"
 
 
 def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
@@ -142,7 +158,10 @@ def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- parent
-def run_child(extra: list[str], args: argparse.Namespace, timeout: float) -> dict[str, Any]:
+def run_child(
+    extra: list[str], args: argparse.Namespace, timeout: float, root: str = ROOT
+) -> dict[str, Any]:
+    """One worker in its own process; `root` is the checkout whose `electra_tf` it imports."""
     command = [
         sys.executable,
         os.path.abspath(__file__),
@@ -154,7 +173,7 @@ def run_child(extra: list[str], args: argparse.Namespace, timeout: float) -> dic
         f"--intra={args.intra}",
         f"--inter={args.inter}",
     ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=f"{HERE}:{ROOT}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=f"{HERE}:{root}")
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
@@ -195,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--baseline", help="another checkout: its electra_tf as a 'baseline' row (default config)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--matmul-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -214,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if CONFIGS[n]["kind"] != "peer"]
     elif PEER not in names:
         names.append(PEER)
+    roots = dict.fromkeys(names, ROOT)
+    if args.baseline:
+        baseline = os.path.abspath(args.baseline)
+        if not os.path.isdir(os.path.join(baseline, "electra_tf")):
+            parser.error(f"--baseline {args.baseline}: no electra_tf package in that folder")
+        names.insert(0, BASELINE)
+        roots[BASELINE] = baseline
+        print(f"baseline: {baseline} ({_revision(baseline)})", flush=True)
 
     print(f"load average before: {os.getloadavg()}", flush=True)
     peak = run_child(["--matmul-worker"], args, args.timeout)
@@ -226,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     for round_index in range(args.rounds):
         for name in names:
             try:
-                result = run_child([f"--worker={name}"], args, args.timeout)
+                config = "default" if name == BASELINE else name
+                result = run_child([f"--worker={config}"], args, args.timeout, roots[name])
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 # One failed configuration must not discard the others' measurements.
                 print(f"round {round_index + 1} {name:12s} FAILED: {str(e)[-500:]}", flush=True)
