@@ -1,0 +1,122 @@
+"""Forward + backward of one LayerNorm and one GELU, in the forms the train step could use
+(issue #16): the Keras layer / activation with automatic differentiation, the project's
+training forms with hand-written gradients (`electra_tf/modeling/utils.py`), and each compiled
+with XLA on its own. Prints ms per call and the largest difference from the Keras form.
+
+    python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--calls 30] [--rounds 2]
+
+A micro-benchmark for choosing a form, not a speed figure of the step (that is `make bench`);
+run it alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.modeling.utils import _gelu_train, _layer_norm_train, layer_norm
+
+
+def _erf_gelu(x):
+    return keras.activations.gelu(x)
+
+
+def layer_norm_forms(width: int) -> tuple[keras.layers.Layer, dict[str, Callable]]:
+    norm = layer_norm()
+    norm.build([None, width])
+    rng = np.random.default_rng(1)
+    norm.gamma.assign(rng.normal(1.0, 0.2, width))
+    norm.beta.assign(rng.normal(0.0, 0.2, width))
+
+    def trained(x):
+        return _layer_norm_train(x, norm.gamma, norm.beta, norm.epsilon)
+
+    xla_keras = tf.function(lambda x: norm(x), jit_compile=True)
+    xla_trained = tf.function(trained, jit_compile=True)
+    forms = {
+        "keras": norm,
+        "hand-written gradient": trained,
+        "keras, XLA": xla_keras,
+        "hand-written gradient, XLA": xla_trained,
+    }
+    return norm, forms
+
+
+def gelu_forms() -> dict[str, Callable]:
+    return {
+        "keras": _erf_gelu,
+        "hand-written gradient": _gelu_train,
+        "keras, XLA": tf.function(_erf_gelu, jit_compile=True),
+        "hand-written gradient, XLA": tf.function(_gelu_train, jit_compile=True),
+    }
+
+
+def time_form(f: Callable, x: tf.Tensor, variables: list, calls: int) -> tuple[float, list]:
+    """ms per forward + backward call, and [y, dx, d(variables)...]."""
+    dy = tf.constant(np.random.default_rng(2).normal(size=x.shape), tf.float32)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(y * dy)
+        return [y, *tape.gradient(loss, [x, *variables])]
+
+    out = step(x)
+    for _ in range(3):
+        step(x)
+    start = time.perf_counter()
+    for _ in range(calls):
+        step(x)
+    return (time.perf_counter() - start) / calls * 1e3, [t.numpy() for t in out]
+
+
+def compare(title: str, forms: dict[str, Callable], x: tf.Tensor, variables: list, calls: int):
+    print(f"{title}: forward + backward, ms per call; largest difference from the Keras form")
+    reference = None
+    for name, f in forms.items():
+        ms, out = time_form(f, x, variables, calls)
+        if reference is None:
+            reference = out
+        diff = max(
+            float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30))
+            for a, b in zip(out, reference, strict=True)
+        )
+        print(f"  {name:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4096, help="batch x sequence length")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    # Rows with a mean away from 0, as the residual sums a post-LN block normalises.
+    x = tf.constant(rng.normal(0.3, 2.0, size=(args.rows, args.hidden)), tf.float32)
+    h = tf.constant(rng.normal(0.0, 2.0, size=(args.rows, args.ffn)), tf.float32)
+    norm, ln_forms = layer_norm_forms(args.hidden)
+    for r in range(args.rounds):
+        print(f"round {r + 1}")
+        compare(
+            f"LayerNorm [{args.rows}, {args.hidden}]",
+            ln_forms,
+            x,
+            [norm.gamma, norm.beta],
+            args.calls,
+        )
+        compare(f"GELU [{args.rows}, {args.ffn}]", gelu_forms(), h, [], args.calls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
