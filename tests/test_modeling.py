@@ -395,7 +395,7 @@ def test_training_layer_norm_and_gelu_match_automatic_differentiation():
 
     expected = values_and_grads(norm)
     got = values_and_grads(lambda t: _layer_norm_train(t, norm.gamma, norm.beta, norm.epsilon))
-    for name, a, b in zip(["y", "dx", "dgamma", "dbeta"], got, expected):
+    for name, a, b in zip(["y", "dx", "dgamma", "dbeta"], got, expected, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
 
     z = tf.constant(rng.normal(0.0, 2.0, size=(3, 64)), tf.float32)
@@ -437,5 +437,5 @@ def test_training_graph_computes_what_the_inference_graph_does():
     # float32 sums in another order: an absolute slack of 1e-5 of the largest gradient (the key
     # bias's true gradient is 0, so its entries are rounding noise on either side).
     scale = max(np.abs(g).max() for g in grads_eval)
-    for name, a, b in zip(encoder.variable_map(), grads_train, grads_eval):
+    for name, a, b in zip(encoder.variable_map(), grads_train, grads_eval, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=name)
