@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from bench_train import checkout_revision
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIGNATURES = ("serving_default", "encode_ids")
 VOCAB_CANDIDATES = (
@@ -195,10 +197,7 @@ def bench_baseline(directory: str, vocab_file: str, args: argparse.Namespace) ->
             return {}, f"skipped ({directory} failed: {last})"
         with open(out, encoding="utf-8") as f:
             timings = json.load(f)["electra-tf"]
-    revision = subprocess.run(
-        ["git", "-C", directory, "log", "-1", "--format=%h %s"], capture_output=True, text=True
-    ).stdout.strip()
-    return {"baseline": _int_batches(timings)}, f"{directory} ({revision[:60] or 'no git'})"
+    return {"baseline": _int_batches(timings)}, f"{directory} ({checkout_revision(directory)})"
 
 
 def _int_batches(timings: dict) -> dict:

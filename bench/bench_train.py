@@ -49,8 +49,8 @@ PEER = "mg-fp32"
 BASELINE = "baseline"
 
 
-def _revision(directory: str) -> str:
-    """The commit a checkout is at (or why not), for the baseline row's label."""
+def checkout_revision(directory: str) -> str:
+    """The commit a checkout is at (or why not), for a baseline row's label (also bench_serve's)."""
     try:
         proc = subprocess.run(
             ["git", "-C", directory, "log", "-1", "--format=%h %s"],
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--baseline {args.baseline}: no electra_tf package in that folder")
         names.insert(0, BASELINE)
         roots[BASELINE] = baseline
-        print(f"baseline: {baseline} ({_revision(baseline)})", flush=True)
+        print(f"baseline: {baseline} ({checkout_revision(baseline)})", flush=True)
 
     print(f"load average before: {os.getloadavg()}", flush=True)
     peak = run_child(["--matmul-worker"], args, args.timeout)

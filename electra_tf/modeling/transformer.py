@@ -60,10 +60,9 @@ class TransformerLayer(ConfiguredLayer):
         self.head_size = config.hidden_size // config.num_attention_heads
         hidden = config.hidden_size
 
-        def dense(units, name, activation=None):
+        def dense(units, name):
             return keras.layers.Dense(
                 units,
-                activation=activation,
                 kernel_initializer=truncated_normal(config),
                 name=name,
                 dtype=self.dtype_policy,
