@@ -69,7 +69,8 @@ def _variables(params):
     return [tf.Variable(p, name=f"keras_var_{i}") for i, p in enumerate(params)]
 
 
-def test_several_steps_match_numpy_with_clipping_decay_and_multipliers():
+@pytest.mark.parametrize("fused", [True, False])
+def test_several_steps_match_numpy_with_clipping_decay_and_multipliers(fused):
     params, grads = _problem()
     variables = _variables(params)
     variable_map = {
@@ -85,6 +86,7 @@ def test_several_steps_match_numpy_with_clipping_decay_and_multipliers():
         weight_decay_rate=wd,
         variable_map=variable_map,
         lr_multipliers=multipliers,
+        fused=fused,
     )
     for step_grads in grads:
         optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], variables, strict=True))
@@ -99,10 +101,16 @@ def test_several_steps_match_numpy_with_clipping_decay_and_multipliers():
     assert np.max(np.abs(unclipped[0] - expected[0])) > 1e-4  # clipping changed the result
     assert optimizer.iterations.numpy() == 4
     slots = optimizer.slot_map()
+    # ApplyAdam (the fused path) weights the new gradient by 1 - f32(beta), not f32(1 - beta)
+    # as the original: its moments are the original's times these factors (v: 1 - 1.3e-5), and
+    # the step size and epsilon it gets make up for them (the weights above).
+    k1, k2 = ((1 - np.float32(b)) / np.float32(1 - b) if fused else 1.0 for b in (B1, B2))
     np.testing.assert_allclose(
-        slots["electra/encoder/layer_0/intermediate/dense/kernel/adam_m"].numpy(), ms[0], rtol=1e-5
+        slots["electra/encoder/layer_0/intermediate/dense/kernel/adam_m"].numpy(),
+        ms[0] * k1,
+        rtol=1e-5,
     )
-    np.testing.assert_allclose(slots["keras_var_3/adam_v"].numpy(), vs[3], rtol=1e-5)
+    np.testing.assert_allclose(slots["keras_var_3/adam_v"].numpy(), vs[3] * k2, rtol=1e-5)
 
 
 def test_schedule_drives_the_step_size():
@@ -121,10 +129,12 @@ def test_schedule_drives_the_step_size():
         np.testing.assert_allclose(var.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_matches_tf_apply_adam_with_bias_correction_switched_off():
+def test_written_out_form_matches_tf_apply_adam_with_bias_correction_switched_off():
     params, grads = _problem(2)
     variables = _variables(params)
-    optimizer = AdamWeightDecay(learning_rate=0.05, weight_decay_rate=0.0, clip_norm=None)
+    optimizer = AdamWeightDecay(
+        learning_rate=0.05, weight_decay_rate=0.0, clip_norm=None, fused=False
+    )
     reference = [tf.Variable(p) for p in params]
     ref_m = [tf.Variable(tf.zeros_like(p)) for p in params]
     ref_v = [tf.Variable(tf.zeros_like(p)) for p in params]
@@ -147,6 +157,55 @@ def test_matches_tf_apply_adam_with_bias_correction_switched_off():
     # ApplyAdam rearranges the moment updates (m += (g - m) * (1 - b1)): float32 rounding only.
     for var, ref in zip(variables, reference, strict=True):
         np.testing.assert_allclose(var.numpy(), ref.numpy(), rtol=1e-5, atol=2e-5)
+
+
+def test_fused_update_runs_one_apply_adam_per_variable_and_matches_the_written_out_form():
+    rng = np.random.default_rng(5)
+    shapes = [(64, 32), (32,), (32,), (16, 8)]
+    params = [rng.normal(scale=0.02, size=s).astype(np.float32) for s in shapes]
+    names = ["dense/kernel", "dense/bias", "LayerNorm/gamma", "other/kernel"]
+    steps = [
+        [tf.constant(rng.normal(size=s).astype(np.float32) * 0.1) for s in shapes]
+        for _ in range(30)
+    ]
+    finals, ops = [], []
+    for fused in (True, False):
+        variables = [tf.Variable(p) for p in params]
+        optimizer = AdamWeightDecay(
+            learning_rate=ElectraSchedule(1e-3, 40, warmup_steps=5),
+            weight_decay_rate=0.01,
+            variable_map=dict(zip(names, variables, strict=True)),
+            lr_multipliers={"other/kernel": 0.3},
+            fused=fused,
+        )
+        step = tf.function(lambda g, o=optimizer, vs=variables: o.apply_gradients(zip(g, vs)))
+        for grads in steps:
+            step(grads)
+        graph = step.get_concrete_function(steps[0]).graph
+        ops.append([op.type for op in graph.get_operations()])
+        finals.append([v.numpy() for v in variables])
+    assert ops[0].count("ResourceApplyAdam") == len(shapes)
+    assert "ResourceApplyAdam" not in ops[1]
+    assert len(ops[0]) < len(ops[1])
+    schedule = ElectraSchedule(1e-3, 40, warmup_steps=5)
+    lrs = [float(schedule(t)) for t in range(len(steps))]
+    expected, _, _ = numpy_adamw(
+        params,
+        [[g.numpy() for g in grads] for grads in steps],
+        lrs,
+        0.01,
+        [True, False, False, True],
+        [1.0, 1.0, 1.0, 0.3],
+    )
+    # Both forms against float64: the kernel's float32 rounding is of the written-out form's size.
+    errors = [
+        max(float(np.max(np.abs(a - want))) for a, want in zip(final, expected, strict=True))
+        for final in finals
+    ]
+    assert errors[0] < 1e-6 and errors[1] < 1e-6, errors
+    assert errors[0] < 2 * errors[1] + 1e-8, errors
+    # The 30 steps moved the weights: the comparison is not between two untouched copies.
+    assert np.max(np.abs(finals[0][0] - params[0])) > 1e-3
 
 
 def test_sparse_gradients_are_densified_like_the_original():
