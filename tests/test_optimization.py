@@ -178,7 +178,11 @@ def test_fused_update_runs_one_apply_adam_per_variable_and_matches_the_written_o
             lr_multipliers={"other/kernel": 0.3},
             fused=fused,
         )
-        step = tf.function(lambda g, o=optimizer, vs=variables: o.apply_gradients(zip(g, vs)))
+
+        @tf.function
+        def step(grads, optimizer=optimizer, variables=variables):
+            optimizer.apply_gradients(zip(grads, variables, strict=True))
+
         for grads in steps:
             step(grads)
         graph = step.get_concrete_function(steps[0]).graph
