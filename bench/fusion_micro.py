@@ -1,9 +1,14 @@
 """Forward + backward of one LayerNorm and one GELU, in the forms the train step could use
 (issue #16): the Keras layer / activation with automatic differentiation, the project's
 training forms with hand-written gradients (`electra_tf/modeling/utils.py`), and each compiled
-with XLA on its own. Prints ms per call and the largest difference from the Keras form.
+with XLA on its own. Prints ms per call and the largest difference from the Keras form. Then
+one optimizer update (`AdamWeightDecay.apply_gradients`, clipping and weight decay included)
+of ELECTRA-Small's variables (`--layers` discriminator layers of `--hidden`/`--ffn`, a generator
+a quarter as wide, a `--vocab` x `--embedding` table), written out op by op and as one ApplyAdam
+kernel per variable (`fused`), with the largest difference of the updated weights.
 
-    python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--calls 30] [--rounds 2]
+    python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
+        [--vocab 30522] [--embedding 128] [--calls 30] [--rounds 2]
 
 A micro-benchmark for choosing a form, not a speed figure of the step (that is `make bench`);
 run it alone on the machine.
@@ -12,6 +17,7 @@ run it alone on the machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +27,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.modeling.utils import _gelu_train, _layer_norm_train, layer_norm
+from electra_tf.optimization import AdamWeightDecay
 
 
 def layer_norm_forms(width: int) -> tuple[keras.layers.Layer, dict[str, Callable]]:
@@ -88,11 +95,63 @@ def compare(title: str, forms: dict[str, Callable], x: tf.Tensor, variables: lis
         print(f"  {name:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
 
 
+def small_shapes(hidden: int, ffn: int, layers: int, vocab: int, embedding: int) -> list:
+    """Variable shapes of an ELECTRA-Small-like pair: encoder layers at two widths, one table."""
+    shapes = [(vocab, embedding), (512, embedding), (2, embedding), (embedding,), (embedding,)]
+    for width, inner in ((hidden, ffn), (max(hidden // 4, 1), max(ffn // 4, 1))):
+        shapes += [(embedding, width), (width,)]
+        for _ in range(layers):
+            shapes += [(width, width), (width,)] * 4
+            shapes += [(width, inner), (inner,), (inner, width), (width,)]
+            shapes += [(width,)] * 4  # two LayerNorms
+    return shapes
+
+
+def compare_adam(shapes: list, calls: int) -> None:
+    print("AdamWeightDecay.apply_gradients, ms per call; largest difference of the weights")
+    rng = np.random.default_rng(3)
+    start = [rng.normal(0, 0.02, s).astype(np.float32) for s in shapes]
+    grads = [tf.constant(rng.normal(0, 1e-3, s).astype(np.float32)) for s in shapes]
+    names = [f"layer/{i}/{'bias' if len(s) == 1 else 'kernel'}" for i, s in enumerate(shapes)]
+    reference = None
+    for label, fused in (("written out", False), ("ApplyAdam kernel", True)):
+        variables = [tf.Variable(x) for x in start]
+        optimizer = AdamWeightDecay(
+            1e-4,
+            weight_decay_rate=0.01,
+            variable_map=dict(zip(names, variables, strict=True)),
+            fused=fused,
+        )
+
+        @tf.function
+        def step(grads, optimizer=optimizer, variables=variables):
+            optimizer.apply_gradients(zip(grads, variables, strict=True))
+
+        step(grads)
+        after = [v.numpy() for v in variables]
+        for _ in range(2):
+            step(grads)
+        begin = time.perf_counter()
+        for _ in range(calls):
+            step(grads)
+        ms = (time.perf_counter() - begin) / calls * 1e3
+        if reference is None:
+            reference = after
+        diff = max(
+            float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30))
+            for a, b in zip(after, reference, strict=True)
+        )
+        print(f"  {label:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4096, help="batch x sequence length")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=12, help="encoder layers (Adam)")
+    parser.add_argument("--vocab", type=int, default=30522, help="embedding rows (Adam)")
+    parser.add_argument("--embedding", type=int, default=128, help="embedding width (Adam)")
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
@@ -111,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             args.calls,
         )
         compare(f"GELU [{args.rows}, {args.ffn}]", gelu_forms(), h, [], args.calls)
+        shapes = small_shapes(args.hidden, args.ffn, args.layers, args.vocab, args.embedding)
+        compare_adam(shapes, args.calls)
+    print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 
 
