@@ -81,18 +81,24 @@ def time_form(f: Callable, x: tf.Tensor, variables: list, calls: int) -> tuple[f
     return (time.perf_counter() - start) / calls * 1e3, [t.numpy() for t in out]
 
 
+def print_row(name: str, ms: float, out: list, reference: list | None) -> list:
+    """Prints one timed form and its largest relative difference from the first form's
+    outputs; returns the reference (these outputs when there was none yet)."""
+    reference = out if reference is None else reference
+    diff = max(
+        float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30))
+        for a, b in zip(out, reference, strict=True)
+    )
+    print(f"  {name:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
+    return reference
+
+
 def compare(title: str, forms: dict[str, Callable], x: tf.Tensor, variables: list, calls: int):
     print(f"{title}: forward + backward, ms per call; largest difference from the Keras form")
     reference = None
     for name, f in forms.items():
         ms, out = time_form(f, x, variables, calls)
-        if reference is None:
-            reference = out
-        diff = max(
-            float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30))
-            for a, b in zip(out, reference, strict=True)
-        )
-        print(f"  {name:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
+        reference = print_row(name, ms, out, reference)
 
 
 def small_shapes(hidden: int, ffn: int, layers: int, vocab: int, embedding: int) -> list:
@@ -135,13 +141,7 @@ def compare_adam(shapes: list, calls: int) -> None:
         for _ in range(calls):
             step(grads)
         ms = (time.perf_counter() - begin) / calls * 1e3
-        if reference is None:
-            reference = after
-        diff = max(
-            float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30))
-            for a, b in zip(after, reference, strict=True)
-        )
-        print(f"  {label:28s} {ms:8.2f} ms   {diff:.1e}", flush=True)
+        reference = print_row(label, ms, after, reference)
 
 
 def main(argv: list[str] | None = None) -> int:
