@@ -1,0 +1,30 @@
+#!/bin/bash
+# serve_env.sh : issue #16, serving. `bench/bench_serve.py --no-xla` under each thread and oneDNN
+# setting a model server can be given through its environment, one process per setting, all in
+# one sitting on a quiet machine (about 2 min each; HF PyTorch in the first and last, so that its
+# figure brackets the others). Appends to bench/results/bench_serve_env_s12.txt.
+#   TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1: oneDNN's fused matmuls keep their reordered weights
+#     between calls (safe for serving: the weights never change; never for training);
+#   TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD=1: the calling thread takes a share of each oneDNN
+#     kernel's parallel work instead of waiting for the pool.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=bench/results/bench_serve_env_s12.txt
+run() {  # label, then VAR=value ... settings
+  local label=$1; shift
+  echo "== $label: $* | $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a $OUT
+  env "$@" .venv/bin/python bench/bench_serve.py --no-xla ${HF:+--hf-python "$HF"} 2>/dev/null \
+    | grep -E '^\| |^- ' | tee -a $OUT
+}
+HF=/tmp/hfenv/bin/python
+[ -x $HF ] || HF=
+run "1/2" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2
+H=$HF; HF=
+run "1/2 frozen" TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=2 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+run "2/1" TF_NUM_INTRAOP_THREADS=2 TF_NUM_INTEROP_THREADS=1
+run "2/1 frozen" TF_NUM_INTRAOP_THREADS=2 TF_NUM_INTEROP_THREADS=1 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+run "2/1 frozen caller" TF_NUM_INTRAOP_THREADS=2 TF_NUM_INTEROP_THREADS=1 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD=1
+run "default frozen caller" TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 TF_ONEDNN_THREADPOOL_USE_CALLER_THREAD=1
+HF=$H
+run "default" TF_CPP_MIN_LOG_LEVEL=2
+echo "== end $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a $OUT
