@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
@@ -97,6 +98,25 @@ class ElectraSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+def fused_constants(beta_1: float, beta_2: float, epsilon: float) -> tuple[float, float]:
+    """(lr factor, epsilon) that make ApplyAdam's update the written-out form's.
+
+    ApplyAdam forms its moment weights in float32 as `1 - beta` (for beta_2 = 0.999 that is
+    0.00099998713, 1.3e-5 under the 0.001 the original multiplies by), so its m and v are the
+    original's times k1 = (1 - f32(b1)) / f32(1 - b1) and k2 (the same for b2), at every step:
+    both forms decay by the same f32(beta). Then
+    lr * sqrt(k2) / k1 * m' / (sqrt(v') + eps * sqrt(k2)) = lr * m / (sqrt(v) + eps)
+    exactly, so only rounding separates the two updates; the slots hold m * k1, v * k2.
+    """
+    f32 = np.float32
+
+    def k(beta: float) -> float:
+        return float(f32(1.0) - f32(beta)) / float(f32(1.0 - beta))
+
+    k1, k2 = k(beta_1), k(beta_2)
+    return math.sqrt(k2) / k1, epsilon * math.sqrt(k2)
+
+
 @keras.utils.register_keras_serializable(package="electra_tf")
 class AdamWeightDecay(keras.optimizers.Optimizer):
     """Adam with decoupled weight decay and NO bias correction (the original's optimizer).
@@ -132,9 +152,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
       fused: without bias correction, each variable's update is one `ApplyAdam` kernel (one
         pass over the variable, its moments and gradient) after the weight decay's own
         multiply, instead of the dozen elementwise ops of the written-out form. The same update
-        up to float32 rounding (ApplyAdam writes `m += (g - m) * (1 - b1)` and multiplies by
-        the lr before dividing); `fused=False` keeps the written-out form, the reference the
-        tests hold the kernel to.
+        up to float32 rounding, with the lr and epsilon it is given adjusted for how ApplyAdam
+        weights its moments (`fused_constants`); `fused=False` keeps the written-out form, the
+        reference the tests hold the kernel to.
     """
 
     def __init__(
@@ -174,6 +194,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         self.lr_multipliers = dict(lr_multipliers or {})
         self.bias_correction = bool(bias_correction)
         self.fused = bool(fused)
+        self._fused_lr_factor, self._fused_epsilon = fused_constants(
+            self.beta_1, self.beta_2, self.epsilon
+        )
         self._original_names: dict[Any, str] = self._no_dependency({})
         if variable_map is not None:
             self.set_variable_map(variable_map)
@@ -263,33 +286,12 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         v.assign(next_v)
         variable.assign_sub(lr * update)
 
-    def _fused_constants(self) -> tuple[float, float]:
-        """(lr factor, epsilon) that make ApplyAdam's update the written-out form's.
-
-        ApplyAdam forms its moment weights in float32 as `1 - beta` (for beta_2 = 0.999 that is
-        0.00099998713, 1.3e-5 under the 0.001 the original multiplies by), so its m and v are
-        the original's times k1 = (1 - f32(b1)) / f32(1 - b1) and k2 (the same for b2), at
-        every step: both forms decay by the same f32(beta). Then
-        lr * sqrt(k2) / k1 * m' / (sqrt(v') + eps * sqrt(k2)) = lr * m / (sqrt(v) + eps)
-        exactly, so only rounding separates the two updates; the slots hold m * k1, v * k2.
-        """
-        import numpy as np
-
-        f32 = np.float32
-
-        def k(beta: float) -> float:
-            return float(f32(1.0) - f32(beta)) / float(f32(1.0 - beta))
-
-        k1, k2 = k(self.beta_1), k(self.beta_2)
-        return math.sqrt(k2) / k1, self.epsilon * math.sqrt(k2)
-
     def _fused_update(self, gradient, variable, m, v, lr) -> None:
         # p - lr * (adam + wd * p) = p * (1 - lr * wd) - lr * adam: the decay first, on the
         # old weights, then ApplyAdam, whose step size lr * sqrt(1 - b2^t) / (1 - b1^t) is lr
         # itself when both powers are 0: no bias correction, as the original.
         if self.uses_weight_decay(variable):
             variable.assign(variable * (1.0 - lr * self.weight_decay_rate))
-        lr_factor, epsilon = self._fused_constants()
         zero = tf.constant(0.0, variable.dtype)
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
@@ -297,10 +299,10 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             v=v.handle,
             beta1_power=zero,
             beta2_power=zero,
-            lr=lr * lr_factor,
+            lr=lr * self._fused_lr_factor,
             beta1=tf.constant(self.beta_1, variable.dtype),
             beta2=tf.constant(self.beta_2, variable.dtype),
-            epsilon=tf.constant(epsilon, variable.dtype),
+            epsilon=tf.constant(self._fused_epsilon, variable.dtype),
             grad=gradient,
             use_locking=False,
         )

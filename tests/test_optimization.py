@@ -168,11 +168,12 @@ def test_fused_update_runs_one_apply_adam_per_variable_and_matches_the_written_o
         [tf.constant(rng.normal(size=s).astype(np.float32) * 0.1) for s in shapes]
         for _ in range(30)
     ]
+    schedule = ElectraSchedule(1e-3, 40, warmup_steps=5)
     finals, ops = [], []
     for fused in (True, False):
         variables = [tf.Variable(p) for p in params]
         optimizer = AdamWeightDecay(
-            learning_rate=ElectraSchedule(1e-3, 40, warmup_steps=5),
+            learning_rate=schedule,
             weight_decay_rate=0.01,
             variable_map=dict(zip(names, variables, strict=True)),
             lr_multipliers={"other/kernel": 0.3},
@@ -191,7 +192,6 @@ def test_fused_update_runs_one_apply_adam_per_variable_and_matches_the_written_o
     assert ops[0].count("ResourceApplyAdam") == len(shapes)
     assert "ResourceApplyAdam" not in ops[1]
     assert len(ops[0]) < len(ops[1])
-    schedule = ElectraSchedule(1e-3, 40, warmup_steps=5)
     lrs = [float(schedule(t)) for t in range(len(steps))]
     expected, _, _ = numpy_adamw(
         params,
