@@ -11,6 +11,8 @@ Rows, all from one run:
 
 - `electra-tf`: the export as `make export` writes it (Grappler fuses the encoder's dense
   layers, LayerNorms and attention products into oneDNN kernels when it loads the model);
+- `electra-tf, query_blocks 1`: the same weights exported with `--query-blocks 1` (the encoder
+  as one group of positions, the export before the default became 2);
 - `electra-tf, jit_compile`: the same weights exported with `--jit-compile` (XLA), unless
   `--no-xla`;
 - `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
@@ -21,6 +23,10 @@ Rows, all from one run:
 
     python bench/bench_serve.py [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
         [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
+        [--threads 1,2]
+
+TensorFlow runs with `--threads` (intra-op, inter-op; default 1,2, the setting the README gives
+a model server for the default export); PyTorch with its own default (one thread per core).
 """
 
 from __future__ import annotations
@@ -81,12 +87,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-xla", action="store_true", help="skip the jit_compile export")
     parser.add_argument("--batches", default="1,32", help="batch sizes (default 1,32)")
     parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
+    parser.add_argument(
+        "--threads",
+        default="1,2",
+        help="TensorFlow's intra-op,inter-op threads (default 1,2, the README's serving "
+        "setting; 0 = TensorFlow's default)",
+    )
     # Internal: what a --baseline subprocess is asked for.
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.calls < 50:
         parser.error("--calls: p99 needs at least 50 calls")
     args.batches = tuple(int(b) for b in args.batches.split(","))
+    try:
+        args.threads = tuple(int(t) for t in args.threads.split(","))
+    except ValueError:
+        args.threads = ()
+    if len(args.threads) != 2 or min(args.threads) < 0:
+        parser.error(f"--threads: expected two integers >= 0, INTRA,INTER; got {args.threads}")
     return args
 
 
@@ -149,17 +167,23 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> dict:
     from electra_tf.serving.kinds import serving_module
     from electra_tf.serving.saved_model import ExportSpec, write_export
 
+    # Before TensorFlow starts its pools (0 keeps its default).
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads[0])
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads[1])
     config = pretraining_config("bench", preset="small")
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())
     variants = {"electra-tf": {}}
-    # A checkout from before the option (a --baseline) has no jit_compile export.
-    if not args.no_xla and "jit_compile" in inspect.signature(serving_module).parameters:
+    # A checkout from before an option (a --baseline) has no such export.
+    options_taken = inspect.signature(serving_module).parameters
+    if "query_blocks" in options_taken:
+        variants["electra-tf, query_blocks 1"] = {"query_blocks": 1}
+    if not args.no_xla and "jit_compile" in options_taken:
         variants["electra-tf, jit_compile"] = {"jit_compile": True}
     results = {}
-    for variant, options in variants.items():
+    for index, (variant, options) in enumerate(variants.items()):
         module = serving_module("discriminator", model, vocab_file, args.seq, **options)
-        name = "electra_small_xla" if options else "electra_small"
+        name = f"electra_small_{index}"
         spec = ExportSpec("discriminator", name, module, "{}", vocab_file, {})
         loaded = tf.saved_model.load(write_export(spec, workdir, None, False))
         results[variant] = {signature: {} for signature in SIGNATURES}
@@ -190,6 +214,7 @@ def bench_baseline(directory: str, vocab_file: str, args: argparse.Namespace) ->
         command += ["--vocab-file", vocab_file, "--warmup", str(args.warmup)]
         command += ["--calls", str(args.calls), "--seq", str(args.seq)]
         command += ["--batches", ",".join(map(str, args.batches))]
+        command += ["--threads", ",".join(map(str, args.threads))]
         env = dict(os.environ, PYTHONPATH=os.path.abspath(directory))
         run = subprocess.run(command, env=env, capture_output=True, text=True)
         if run.returncode != 0:
@@ -231,9 +256,11 @@ def print_report(results: dict, notes: list[str], args: argparse.Namespace) -> N
     import tensorflow as tf
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    intra, inter = (t or "default" for t in args.threads)
     print(f"\nELECTRA-Small discriminator, seq {args.seq}; {args.calls} timed calls per row after "
           f"{args.warmup} warm-up; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-          f"load average {load:.1f}; TensorFlow {tf.__version__}; " + "; ".join(notes) + "\n")  # fmt: skip
+          f"load average {load:.1f}; TensorFlow {tf.__version__}, threads intra {intra} / inter "
+          f"{inter}; " + "; ".join(notes) + "\n")  # fmt: skip
     print("| model | signature | batch | p50 (ms) | p99 (ms) | requests/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for variant, by_signature in results.items():

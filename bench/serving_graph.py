@@ -95,7 +95,9 @@ def session_graph_ops(path: str, signature: str, inputs: Mapping) -> collections
     return count_ops(graphs)
 
 
-def export_discriminator(workdir: str, preset: str, vocab_size: int, jit_compile: bool) -> str:
+def export_discriminator(
+    workdir: str, preset: str, vocab_size: int, jit_compile: bool, query_blocks: int | None = None
+) -> str:
     """A random discriminator of `preset`, exported with the serving signatures; its path."""
     from electra_tf.config import pretraining_config
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
@@ -109,12 +111,13 @@ def export_discriminator(workdir: str, preset: str, vocab_size: int, jit_compile
     config = pretraining_config("graph", preset=preset, hparams={"vocab_size": vocab_size})
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())
-    options = {}
-    if jit_compile:
-        # Older checkouts (`PYTHONPATH=<old checkout>`) have no such option.
-        if "jit_compile" not in inspect.signature(serving_module).parameters:
-            raise SystemExit("this checkout's serving_module has no jit_compile option")
-        options["jit_compile"] = True
+    options = {"jit_compile": True} if jit_compile else {}
+    if query_blocks is not None:
+        options["query_blocks"] = query_blocks
+    for option in options:
+        # Older checkouts (`PYTHONPATH=<old checkout>`) may not have the option.
+        if option not in inspect.signature(serving_module).parameters:
+            raise SystemExit(f"this checkout's serving_module has no {option} option")
     module = serving_module("discriminator", model, vocab_file, 512, **options)
     spec = ExportSpec("discriminator", "graph", module, "{}", vocab_file, {})
     return write_export(spec, workdir, None, False)
@@ -138,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=16)
     parser.add_argument("--runtime", choices=("function", "session"), default="function")
     parser.add_argument("--jit-compile", action="store_true", help="export with XLA")
+    parser.add_argument(
+        "--query-blocks",
+        type=int,
+        help="export with this many query blocks (default: the export's)",
+    )
     parser.add_argument("--all", action="store_true", help="also count the plumbing ops")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -147,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
     inputs = random_ids(args.batch, args.seq, args.vocab_size)
     with tempfile.TemporaryDirectory() as workdir:
-        path = export_discriminator(workdir, args.preset, args.vocab_size, args.jit_compile)
+        path = export_discriminator(
+            workdir, args.preset, args.vocab_size, args.jit_compile, args.query_blocks
+        )
         if args.runtime == "session":
             counts = session_graph_ops(path, "encode_ids", inputs)
         else:
@@ -158,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     onednn = _pywrap_util_port.IsMklEnabled()
     print(f"`encode_ids` of the {args.preset} discriminator, {args.runtime} runtime, "
           f"TensorFlow {tf.__version__}, oneDNN {'on' if onednn else 'off'}, "
-          f"jit_compile {args.jit_compile}; {sum(counts.values())} ops "
+          f"jit_compile {args.jit_compile}, query_blocks {args.query_blocks or 'default'}; "
+          f"{sum(counts.values())} ops "
           f"({'all' if args.all else 'without ' + ', '.join(sorted(PLUMBING))})\n")  # fmt: skip
     print("| ops | op type |")
     print("| ---: | --- |")

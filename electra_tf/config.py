@@ -27,6 +27,10 @@ MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 # 2020, Section 3.2), each on ELECTRA's pipeline (mask -> generator -> sample -> full-size
 # network on the corrupted input). The last two train the full-size network as a masked LM
 # instead of a replaced-token detector.
+# Serving exports: groups of positions the encoder runs side by side (`ServingModule`). Two
+# fills this 2-core machine's cores with single-threaded kernels (bench/README.md, "Serving
+# latency"); `--query-blocks` changes it.
+DEFAULT_QUERY_BLOCKS = 2
 OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
 

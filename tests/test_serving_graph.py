@@ -17,9 +17,14 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.cli import export
-from electra_tf.config import pretraining_config
+from electra_tf.config import DEFAULT_QUERY_BLOCKS, pretraining_config
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
-from electra_tf.modeling.utils import LAYER_NORM_EPSILON, apply_layer_norm, serving_layer_norms
+from electra_tf.modeling.utils import (
+    LAYER_NORM_EPSILON,
+    apply_layer_norm,
+    serving_layer_norms,
+    serving_query_blocks,
+)
 from electra_tf.serving.kinds import serving_module
 from electra_tf.serving.saved_model import ExportSpec, write_export
 
@@ -30,11 +35,24 @@ import serving_graph  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(40))]
 LAYERS = 2
-# Dense layers: q, k, v, attention output, intermediate (GELU), output per block, then the
-# embedding projection (E != H) and the head's two (the first with GELU).
-DENSE = 6 * LAYERS + 3
-GELU_DENSE = LAYERS + 1
-LAYER_NORMS = 2 * LAYERS + 1
+# The exports: name -> (jit_compile, query_blocks). "blocks" is the default export.
+EXPORTS = {"plain": (False, 1), "blocks": (False, DEFAULT_QUERY_BLOCKS), "xla": (True, 1)}
+
+
+def kernel_counts(blocks: int) -> dict[str, int]:
+    """The fused kernels an export with `blocks` query groups runs: per group and layer the
+    q, k, v, attention output, intermediate (GELU) and output dense layers, two LayerNorms and
+    both attention products; once, before the groups split or after they join, the embedding
+    LayerNorm, the embedding projection (E != H) and the head's two dense layers (the first
+    with GELU)."""
+    return {
+        "dense": 6 * LAYERS * blocks + 3,
+        "gelu_dense": LAYERS * blocks + 1,
+        "layer_norms": 2 * LAYERS * blocks + 1,
+        "attention_products": LAYERS * blocks,
+    }
+
+
 # Op types that mean a dense layer, a LayerNorm, a GELU or an attention product ran unfused.
 UNFUSED = {
     "MatMul", "_MklMatMul", "BatchMatMulV2", "Einsum", "_MklEinsum", "BiasAdd", "Erf", "Erfc",
@@ -74,8 +92,8 @@ json.dump(result, open(out_file, "w"))
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """A random tiny discriminator exported plain and with `jit_compile`, each loaded with
-    oneDNN on and off in fresh processes; the Keras model's probabilities as the reference."""
+    """A random tiny discriminator exported as `EXPORTS` lists, each loaded with oneDNN on and
+    off in fresh processes; the Keras model's probabilities as the reference."""
     root = tmp_path_factory.mktemp("serving_graph")
     vocab_file = root / "vocab.txt"
     vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
@@ -91,11 +109,11 @@ def exported(tmp_path_factory):
     model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
     model(dummy_inputs())
     paths = {}
-    for jit_compile in (False, True):
+    for name, (jit_compile, blocks) in EXPORTS.items():
         module = serving_module(
-            "discriminator", model, str(vocab_file), 32, jit_compile=jit_compile
-        )
-        name = "xla" if jit_compile else "plain"
+            "discriminator", model, str(vocab_file), 32, jit_compile=jit_compile,
+            query_blocks=blocks,
+        )  # fmt: skip
         spec = ExportSpec("discriminator", name, module, "{}", str(vocab_file), {})
         paths[name] = write_export(spec, str(root), None, False)
 
@@ -110,7 +128,7 @@ def exported(tmp_path_factory):
         out_file = root / f"onednn{onednn}.json"
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, CUDA_VISIBLE_DEVICES="")
         subprocess.run(
-            [sys.executable, "-c", LOADER, f"{paths['plain']},{paths['xla']}",
+            [sys.executable, "-c", LOADER, ",".join(paths.values()),
              str(root / "ids.npz"), str(out_file)],
             check=True, env=env, cwd=REPO,
         )  # fmt: skip
@@ -123,25 +141,28 @@ def exported(tmp_path_factory):
 
 
 @pytest.mark.parametrize("runtime", ["function", "session"])
-def test_onednn_runs_each_dense_norm_and_attention_product_fused(exported, runtime):
+@pytest.mark.parametrize("name", ["plain", "blocks"])
+def test_onednn_runs_each_dense_norm_and_attention_product_fused(exported, runtime, name):
     run = exported["runs"]["1"]
     if not run["onednn"]:
         pytest.skip("this TensorFlow build has no oneDNN (TF_ENABLE_ONEDNN_OPTS=1 had no effect)")
-    ops = run["plain"][f"{runtime}_ops"]
-    assert ops.get("_MklNativeFusedMatMul[BiasAdd,GeluExact]") == GELU_DENSE, ops
-    assert ops.get("_MklLayerNorm") == LAYER_NORMS, ops
-    assert ops.get("_MklFusedBatchMatMulV2[Mul,Add]") == LAYERS, ops  # scores: scale, mask fused
-    assert ops.get("_MklBatchMatMulV2") == LAYERS, ops  # probabilities x values
+    ops = run[name][f"{runtime}_ops"]
+    counts = kernel_counts(EXPORTS[name][1])
+    assert ops.get("_MklNativeFusedMatMul[BiasAdd,GeluExact]") == counts["gelu_dense"], ops
+    assert ops.get("_MklLayerNorm") == counts["layer_norms"], ops
+    # Scores with their scale and mask fused; probabilities x values.
+    assert ops.get("_MklFusedBatchMatMulV2[Mul,Add]") == counts["attention_products"], ops
+    assert ops.get("_MklBatchMatMulV2") == counts["attention_products"], ops
     # Every dense layer is one fused kernel (some also take the residual add, as Grappler sees
     # the shapes), and nothing of a dense, a LayerNorm or a GELU runs on its own.
     fused_dense = {k: v for k, v in ops.items() if k.startswith("_MklNativeFusedMatMul[BiasAdd")}
-    assert sum(fused_dense.values()) == DENSE, ops
+    assert sum(fused_dense.values()) == counts["dense"], ops
     assert not UNFUSED & set(ops), ops
 
 
 @pytest.mark.parametrize("onednn", ["1", "0"])
 @pytest.mark.parametrize("runtime", ["function", "session"])
-@pytest.mark.parametrize("name", ["plain", "xla"])
+@pytest.mark.parametrize("name", list(EXPORTS))
 def test_every_way_of_running_the_export_gives_the_keras_numbers(exported, onednn, runtime, name):
     got = np.asarray(exported["runs"][onednn][name][f"{runtime}_probs"])
     np.testing.assert_allclose(got, exported["reference"], atol=1e-5)
@@ -154,9 +175,10 @@ def test_without_onednn_the_standard_kernels_run(exported):
     ops = run["plain"]["function_ops"]
     assert not any(k.startswith("_Mkl") for k in ops), ops
     # Grappler's own MatMul + BiasAdd fusion, and the LayerNorm as one FusedBatchNormV3.
+    counts = kernel_counts(EXPORTS["plain"][1])
     fused_dense = {k: v for k, v in ops.items() if k.startswith("_FusedMatMul[BiasAdd")}
-    assert sum(fused_dense.values()) == DENSE, ops
-    assert ops.get("FusedBatchNormV3") == LAYER_NORMS, ops
+    assert sum(fused_dense.values()) == counts["dense"], ops
+    assert ops.get("FusedBatchNormV3") == counts["layer_norms"], ops
 
 
 @pytest.mark.parametrize("runtime", ["function", "session"])
@@ -165,16 +187,65 @@ def test_jit_compile_runs_the_model_inside_xla(exported, runtime):
     # The model is one compiled call; only the signature's own ops run outside it.
     assert not any("MatMul" in k or "LayerNorm" in k or "Softmax" in k for k in ops), ops
     assert ops.get("Sigmoid") == 1, ops  # the post-processing did run, outside the cluster
-    with open(os.path.join(exported["paths"]["xla"], "assets", "export.json")) as f:
-        assert json.load(f)["jit_compile"] is True
-    with open(os.path.join(exported["paths"]["plain"], "assets", "export.json")) as f:
-        assert json.load(f)["jit_compile"] is False
+    for name, (jit_compile, blocks) in EXPORTS.items():
+        with open(os.path.join(exported["paths"][name], "assets", "export.json")) as f:
+            info = json.load(f)
+        assert (info["jit_compile"], info["query_blocks"]) == (jit_compile, blocks), name
 
 
-def test_export_cli_takes_jit_compile():
+def test_export_cli_takes_jit_compile_and_query_blocks(capsys):
     base = ["--data-dir", "d", "--model-name", "m"]
     assert export.parse_args([*base, "--jit-compile"]).jit_compile
     assert not export.parse_args(base).jit_compile
+    assert export.parse_args(base).query_blocks == DEFAULT_QUERY_BLOCKS
+    assert export.parse_args([*base, "--query-blocks", "3"]).query_blocks == 3
+    with pytest.raises(SystemExit):
+        export.parse_args([*base, "--query-blocks", "0"])
+    assert "--query-blocks: 0 must be >= 1" in capsys.readouterr().err
+
+
+def test_query_blocks_give_the_plain_outputs_at_every_length(tmp_path):
+    """The blocked encoder (`serving_query_blocks`) against the plain one, traced the same way,
+    on lengths below, at and above the number of groups, with padding; and with XLA the
+    module keeps one group."""
+    overrides = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "intermediate_size": 32, "max_position_embeddings": 16}  # fmt: skip
+    hparams = {"vocab_size": 30, "embedding_size": 8, "model_hparam_overrides": overrides}
+    tf.random.set_seed(5)
+    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
+    model(dummy_inputs())
+    spec = {k: tf.TensorSpec([None, None], tf.int32) for k in ("input_ids", "input_mask",
+                                                              "segment_ids")}  # fmt: skip
+
+    def traced(blocks):
+        with serving_query_blocks(blocks):
+            function = tf.function(lambda **f: model(f, training=False), autograph=False)
+            return function.get_concrete_function(**spec)
+
+    plain, functions = traced(1), {blocks: traced(blocks) for blocks in (2, 3)}
+    ops = {op.type for op in functions[3].graph.get_operations()}
+    assert "ConcatV2" in ops  # the groups' keys and values are joined
+    rng = np.random.default_rng(0)
+    for length in (1, 2, 3, 7, 16):
+        ids = serving_graph.random_ids(2, length, 30)
+        ids["input_mask"][1, length // 2 + 1 :] = 0
+        feeds = {k: tf.constant(v, tf.int32) for k, v in ids.items()}
+        feeds["segment_ids"] = tf.constant(rng.integers(0, 2, [2, length]), tf.int32)
+        expected = plain(**feeds)
+        for blocks, function in functions.items():
+            got = function(**feeds)
+            for key in expected:
+                np.testing.assert_allclose(
+                    got[key].numpy(), expected[key].numpy(), atol=1e-6, err_msg=f"{blocks} {key}"
+                )
+    with pytest.raises(ValueError, match="query blocks must be >= 1"):
+        with serving_query_blocks(0):
+            pass
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_file.write_text("\n".join(VOCAB[:30]) + "\n", encoding="utf-8")
+    module = serving_module("discriminator", model, str(vocab_file), 16, jit_compile=True,
+                            query_blocks=2)  # fmt: skip
+    assert module.query_blocks == 1
 
 
 def _layer_norm_inputs() -> np.ndarray:

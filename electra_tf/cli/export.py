@@ -24,6 +24,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from electra_tf.config import DEFAULT_QUERY_BLOCKS
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -52,11 +54,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--xla_cpu_compilation_enabled=true; XLA compiles once per input shape)",
     )
     parser.add_argument(
+        "--query-blocks",
+        type=int,
+        default=DEFAULT_QUERY_BLOCKS,
+        help="groups of positions the encoder runs side by side, as independent ops (default "
+        f"{DEFAULT_QUERY_BLOCKS}; 1 = one group; best with inter-op threads >= this and "
+        "intra-op threads 1; ignored with --jit-compile)",
+    )
+    parser.add_argument(
         "--pretrained",
         help="without --task: a shipped model folder (weights + vocab.txt), as --checkpoint "
         "DIR --vocab-file DIR/vocab.txt",
     )
     args = parser.parse_args(argv)
+    if args.query_blocks < 1:
+        parser.error(f"--query-blocks: {args.query_blocks} must be >= 1")
     if args.pretrained:
         if args.task:
             parser.error("--pretrained exports a pre-trained model; --task a fine-tuned one")
@@ -102,13 +114,13 @@ def _export(
     if args.task:
         spec = sources.task_spec(
             args.model_name, model_dir, args.task, args.trial, args.checkpoint,
-            args.vocab_file, args.max_seq_length, args.jit_compile,
+            args.vocab_file, args.max_seq_length, args.jit_compile, args.query_blocks,
         )  # fmt: skip
         specs = [spec]
     else:
         specs = sources.pretrained_specs(
             args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
-            args.max_seq_length, args.jit_compile,
+            args.max_seq_length, args.jit_compile, args.query_blocks,
         )  # fmt: skip
     for spec in specs:
         path = write_export(spec, output_dir, args.version, args.overwrite)

@@ -8,7 +8,13 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
-from electra_tf.modeling.utils import ConfiguredLayer, build_sublayer, dense_map, require_built
+from electra_tf.modeling.utils import (
+    ConfiguredLayer,
+    build_sublayer,
+    dense_map,
+    query_blocks,
+    require_built,
+)
 
 # Which keys a query may attend to: every key, keys at or before it, keys at or after it.
 ATTENTION_DIRECTIONS = ("bidirectional", "ltr", "rtl")
@@ -125,9 +131,29 @@ class TransformerEncoder(ConfiguredLayer):
         return probs
 
     def call(self, inputs, training=False):
+        blocks = query_blocks()
+        if blocks > 1 and not training and self.attention_direction == "bidirectional":
+            return self._call_in_blocks(inputs, blocks)
         embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, training)
         for layer in self.transformer_layers:
             hidden = layer(hidden, attention_bias, training=training)
+        return {
+            "sequence_output": hidden,
+            "cls_output": hidden[:, 0],
+            "embedding_output": embedding_output,
+        }
+
+    def _call_in_blocks(self, inputs, blocks: int):
+        """Inference with every layer on `blocks` consecutive groups of positions
+        (`TransformerLayer.call_blocks`): the same outputs as `call`, in independent ops that
+        an inter-op thread pool runs side by side (`serving_query_blocks`)."""
+        embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, False)
+        seq_len = tf.shape(hidden)[1]
+        bounds = [(seq_len * i) // blocks for i in range(blocks + 1)]
+        pieces = [hidden[:, start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+        for layer in self.transformer_layers:
+            pieces = layer.call_blocks(pieces, attention_bias)
+        hidden = tf.concat(pieces, axis=1)
         return {
             "sequence_output": hidden,
             "cls_output": hidden[:, 0],

@@ -104,9 +104,8 @@ class TransformerLayer(ConfiguredLayer):
         x = tf.reshape(rows, [batch, seq_len, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def _attention_probs(self, rows, batch, seq_len, attention_bias):
-        query = self._split_heads(self.query(rows), batch, seq_len)
-        key = self._split_heads(self.key(rows), batch, seq_len)
+    def _probs(self, query, key, attention_bias):
+        """Softmax of the scaled, masked scores of `query` against `key`, in their dtype."""
         scores = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
         # The scale and the bias in this form (a scalar Mul, then an AddV2 of a
         # [batch, 1, ., seq_k] tensor) are what oneDNN fuses into the product.
@@ -114,6 +113,24 @@ class TransformerLayer(ConfiguredLayer):
         scores = scores + tf.cast(attention_bias, scores.dtype)
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
         return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+
+    def _attention_probs(self, rows, batch, seq_len, attention_bias):
+        query = self._split_heads(self.query(rows), batch, seq_len)
+        key = self._split_heads(self.key(rows), batch, seq_len)
+        return self._probs(query, key, attention_bias)
+
+    def _output_rows(self, probs, value, rows, training):
+        """Attention output, both LayerNorms and the feed-forward network, on the query rows."""
+        context = tf.matmul(probs, value)  # [batch, heads, seq_q, head_size]
+        context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
+        # [batch * seq_q, hidden]
+        context = tf.reshape(context, [-1, self.config.hidden_size])
+        attention = self.hidden_dropout(self.attention_output(context), training=training)
+        attention = apply_layer_norm(self.attention_layer_norm, attention + rows, training)
+        ffn = apply_activation(self.config.hidden_act, self.intermediate(attention), training)
+        ffn = self.output_dense(ffn)
+        ffn = self.hidden_dropout(ffn, training=training)
+        return apply_layer_norm(self.output_layer_norm, ffn + attention, training)
 
     def attention_probs(self, hidden, attention_bias):
         """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
@@ -128,17 +145,33 @@ class TransformerLayer(ConfiguredLayer):
         probs = self.attention_dropout(
             self._attention_probs(rows, batch, seq_len, attention_bias), training=training
         )
-        context = tf.matmul(probs, value)  # [batch, heads, seq_q, head_size]
-        context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
-        # [batch * seq_len, hidden]
-        context = tf.reshape(context, [-1, self.config.hidden_size])
-        attention = self.hidden_dropout(self.attention_output(context), training=training)
-        attention = apply_layer_norm(self.attention_layer_norm, attention + rows, training)
-        ffn = apply_activation(self.config.hidden_act, self.intermediate(attention), training)
-        ffn = self.output_dense(ffn)
-        ffn = self.hidden_dropout(ffn, training=training)
-        output = apply_layer_norm(self.output_layer_norm, ffn + attention, training)
+        output = self._output_rows(probs, value, rows, training)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
+
+    def call_blocks(self, blocks: list[tf.Tensor], attention_bias: tf.Tensor) -> list[tf.Tensor]:
+        """Inference (no dropout) on consecutive groups of positions, as independent ops.
+
+        `blocks` are [batch, len_i, hidden] pieces of the sequence, in order. Each group's
+        queries attend to every key, so the groups' keys and values are joined (the only ops
+        that wait for all groups); everything else runs per group. The same function as `call`
+        on the joined sequence. `attention_bias` is [batch, 1, 1, seq_len] (keys only).
+        """
+        batch, width = tf.shape(blocks[0])[0], self.config.hidden_size
+        lengths = [tf.shape(block)[1] for block in blocks]
+        rows = [tf.reshape(block, [-1, width]) for block in blocks]
+        pieces = list(zip(rows, lengths, strict=True))
+        # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
+        key = tf.concat([self._split_heads(self.key(r), batch, n) for r, n in pieces], axis=2)
+        value = tf.concat([self._split_heads(self.value(r), batch, n) for r, n in pieces], axis=2)
+        # The same values, shaped by the joined keys' length: Grappler's remapper fuses the mask
+        # into the score product only where it can see that the two lengths are equal.
+        attention_bias = tf.reshape(attention_bias, [batch, 1, 1, tf.shape(key)[2]])
+        outputs = []
+        for r, n in pieces:
+            probs = self._probs(self._split_heads(self.query(r), batch, n), key, attention_bias)
+            output = self._output_rows(probs, value, r, training=False)
+            outputs.append(tf.reshape(output, [batch, n, width]))
+        return outputs
 
     def variable_map(self, prefix: str) -> dict[str, tf.Variable]:
         """Original names under `prefix` (e.g. `electra/encoder/layer_3`) -> variables."""

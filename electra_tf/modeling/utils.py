@@ -57,6 +57,32 @@ def serving_layer_norms() -> Iterator[None]:
         _serving_trace.active = previous
 
 
+@contextlib.contextmanager
+def serving_query_blocks(blocks: int) -> Iterator[None]:
+    """Within this block, encoders traced for inference run each layer on `blocks` independent
+    groups of query positions (`TransformerEncoder`'s blocked form; 1 = the plain form).
+
+    The groups share only the attention's keys and values, so an executor with an inter-op pool
+    runs them side by side: on a CPU whose kernels scale badly at small sizes (a batch of one
+    128-token text), one group per core uses the cores where one kernel on two cores does not.
+    """
+    if blocks < 1:
+        raise ValueError(f"query blocks must be >= 1, got {blocks}")
+    previous = getattr(_serving_trace, "blocks", 1)
+    _serving_trace.blocks = blocks
+    try:
+        yield
+    finally:
+        _serving_trace.blocks = previous
+
+
+def query_blocks() -> int:
+    """The number of query groups `serving_query_blocks` asks for (1 outside it or eagerly)."""
+    if tf.executing_eagerly():
+        return 1
+    return getattr(_serving_trace, "blocks", 1)
+
+
 def apply_layer_norm(
     norm: keras.layers.LayerNormalization, x: tf.Tensor, training: bool = False
 ) -> tf.Tensor:

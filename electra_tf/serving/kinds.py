@@ -11,7 +11,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.config import ModelConfig
+from electra_tf.config import DEFAULT_QUERY_BLOCKS, ModelConfig
 from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
 from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
@@ -37,6 +37,7 @@ def serving_module(
     task: Any = None,
     all_tasks: list[Any] | None = None,
     jit_compile: bool = False,
+    query_blocks: int = DEFAULT_QUERY_BLOCKS,
 ) -> ServingModule:
     """The `ServingModule` for `model`.
 
@@ -48,13 +49,14 @@ def serving_module(
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
         jit_compile: compile the model's forward pass with XLA (`ServingModule`).
+        query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
     """
     from electra_tf.data.tokenization import load_vocab, vocab_tokens
 
     vocab = load_vocab(vocab_file)
     tokenizer = _tokenizer(vocab_file, do_lower_case, strip_accents)
     tokens = vocab_tokens(vocab)
-    module = functools.partial(ServingModule, jit_compile=jit_compile)
+    module = functools.partial(ServingModule, jit_compile=jit_compile, query_blocks=query_blocks)
     if kind == "discriminator":
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
         return module(lambda f: model(f, training=False), model, featurizer, tokens, kind)
@@ -163,6 +165,7 @@ def save_for_serving(
     task: Any = None,
     electric: bool | None = None,
     jit_compile: bool = False,
+    query_blocks: int = DEFAULT_QUERY_BLOCKS,
 ) -> str:
     """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
 
@@ -178,6 +181,7 @@ def save_for_serving(
             outputs energies: the export scores text, kind "electric"); None reads
             `config.electric_objective` (False without a pre-training config).
         jit_compile: compile the model's forward pass with XLA (`ServingModule`).
+        query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
     """
     if electric is None:
         electric = bool(getattr(config, "electric_objective", False))
@@ -196,7 +200,7 @@ def save_for_serving(
     check_length(max_seq_length, model_config)
     module = serving_module(
         kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
-        jit_compile=jit_compile,
+        jit_compile=jit_compile, query_blocks=query_blocks,
     )  # fmt: skip
     info = {"max_seq_length": max_seq_length, "model_config": model_config.to_dict()}
     if task is not None:

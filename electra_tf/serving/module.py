@@ -38,6 +38,8 @@ Speed: the model's LayerNorms are traced in the form that Grappler's oneDNN rema
 (`modeling.utils.serving_layer_norms`); with the dense layers on 2-D rows and the attention
 scores scaled after the product, every matmul of the encoder runs as one oneDNN kernel with its
 bias, GELU, scale or mask fused (`tests/test_serving_graph.py` checks the optimized graph).
+The encoder runs each layer on `query_blocks` groups of positions side by side (default 2:
+with intra-op threads 1 and inter-op 2, each group's kernels run on their own core).
 Those are rewrites at load time: the SavedModel holds standard ops only. `jit_compile=True`
 instead compiles the model's forward pass with XLA (an experimental flag in TF Serving; see
 the README's serving section).
@@ -51,7 +53,8 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from electra_tf.modeling.utils import serving_layer_norms
+from electra_tf.config import DEFAULT_QUERY_BLOCKS
+from electra_tf.modeling.utils import serving_layer_norms, serving_query_blocks
 from electra_tf.serving.featurizer import TextFeaturizer
 
 KINDS = ("discriminator", "electric", "encoder", "classification", "regression", "qa", "tagging")
@@ -100,6 +103,13 @@ class ServingModule(tf.Module):
         jit_compile: compile `predict` (the model, not the tokenizer or the string outputs,
             which XLA cannot compile) with XLA. TF Serving runs such a model only with
             `--xla_cpu_compilation_enabled=true`, and XLA compiles once per input shape.
+        query_blocks: the encoder runs every layer on this many consecutive groups of
+            positions, as independent ops that share only the attention's keys and values
+            (`TransformerEncoder`; the same numbers). A model server whose inter-op pool has
+            a thread per group and whose kernels run single-threaded (intra-op 1) then keeps
+            one core per group busy, where one kernel split over two cores mostly waits at
+            small sizes. 1 = one group. Not with `jit_compile` (XLA schedules the compiled
+            model itself): there it is 1.
     """
 
     def __init__(
@@ -115,6 +125,7 @@ class ServingModule(tf.Module):
         score_offset: float = 0.0,
         max_answer_length: int = 30,
         jit_compile: bool = False,
+        query_blocks: int = DEFAULT_QUERY_BLOCKS,
         name: str = "electra_serving",
     ):
         super().__init__(name=name)
@@ -123,6 +134,9 @@ class ServingModule(tf.Module):
         if kind in ("classification", "tagging") and not label_names:
             raise ValueError(f"kind {kind!r} needs label_names")
         self.jit_compile = jit_compile
+        if query_blocks < 1:
+            raise ValueError(f"query_blocks must be >= 1, got {query_blocks}")
+        self.query_blocks = 1 if jit_compile else query_blocks
         # Only the model's forward pass: the featurizer's string ops and the post-processing's
         # token strings stay outside the XLA cluster.
         self._predict = (
@@ -167,7 +181,7 @@ class ServingModule(tf.Module):
         ids = _ids_spec()
         # XLA fuses the LayerNorm's ops itself; the fusable form is for Grappler's remapper.
         fused_norms = contextlib.nullcontext() if self.jit_compile else serving_layer_norms()
-        with fused_norms:
+        with fused_norms, serving_query_blocks(self.query_blocks):
             signatures = {
                 "serving_default": serve.get_concrete_function(*specs),
                 "encode_ids": encode.get_concrete_function(**ids),

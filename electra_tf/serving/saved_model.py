@@ -107,6 +107,7 @@ def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwri
         **spec.info,
         "kind": spec.kind,
         "jit_compile": bool(getattr(spec.module, "jit_compile", False)),
+        "query_blocks": int(getattr(spec.module, "query_blocks", 1)),
         "signatures": {
             key: {
                 # Positional specs (the text signatures) are in [0], keyword ones in [1].

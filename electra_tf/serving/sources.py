@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from electra_tf import checkpoints
 from electra_tf.checkpoints.files import CONFIG_FILE
-from electra_tf.config import ModelConfig, PretrainingConfig
+from electra_tf.config import DEFAULT_QUERY_BLOCKS, ModelConfig, PretrainingConfig
 from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
 from electra_tf.modeling.discriminator import dummy_inputs
 from electra_tf.serving.kinds import check_length, serving_module
@@ -37,6 +37,7 @@ def pretrained_specs(
     vocab_file: str | None = None,
     max_seq_length: int | None = None,
     jit_compile: bool = False,
+    query_blocks: int = DEFAULT_QUERY_BLOCKS,
 ) -> list[ExportSpec]:
     """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
     in `model_dir`, or from `checkpoint` (a directory or prefix).
@@ -79,8 +80,9 @@ def pretrained_specs(
         serving_kind = "electric" if kind == "discriminator" and config.electric_objective else kind
         casing = {"do_lower_case": config.do_lower_case, "strip_accents": config.do_strip_accents}
         module = serving_module(
-            serving_kind, model, vocab_file, max_len, **casing, jit_compile=jit_compile
-        )
+            serving_kind, model, vocab_file, max_len, **casing, jit_compile=jit_compile,
+            query_blocks=query_blocks,
+        )  # fmt: skip
         info = {
             "source": source.path,
             "global_step": source.global_step,
@@ -101,6 +103,7 @@ def task_spec(
     vocab_file: str | None = None,
     max_seq_length: int | None = None,
     jit_compile: bool = False,
+    query_blocks: int = DEFAULT_QUERY_BLOCKS,
 ) -> ExportSpec:
     """The spec of fine-tuning trial `trial` of `task_name` (its FinetuningModel checkpoint), or
     of the trial directory `checkpoint`."""
@@ -144,7 +147,7 @@ def task_spec(
     check_length(max_len, model_config)
     module = serving_module(
         "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,
-        tasks, jit_compile,
+        tasks, jit_compile, query_blocks,
     )  # fmt: skip
     info = {
         "source": latest,
