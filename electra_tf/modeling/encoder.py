@@ -148,11 +148,15 @@ class TransformerEncoder(ConfiguredLayer):
         (`TransformerLayer.call_blocks`): the same outputs as `call`, in independent ops that
         an inter-op thread pool runs side by side (`serving_query_blocks`)."""
         embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, False)
-        seq_len = tf.shape(hidden)[1]
+        batch, seq_len, width = tf.shape(hidden)[0], tf.shape(hidden)[1], self.config.hidden_size
         bounds = [(seq_len * i) // blocks for i in range(blocks + 1)]
-        pieces = [hidden[:, start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        lengths = [end - start for start, end in spans]
+        # Each group stays [batch * length, hidden] rows from the first layer to the last.
+        rows = [tf.reshape(hidden[:, start:end], [-1, width]) for start, end in spans]
         for layer in self.transformer_layers:
-            pieces = layer.call_blocks(pieces, attention_bias)
+            rows = layer.call_blocks(rows, lengths, batch, attention_bias)
+        pieces = [tf.reshape(r, [batch, n, width]) for r, n in zip(rows, lengths, strict=True)]
         hidden = tf.concat(pieces, axis=1)
         return {
             "sequence_output": hidden,

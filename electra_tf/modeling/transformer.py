@@ -148,17 +148,21 @@ class TransformerLayer(ConfiguredLayer):
         output = self._output_rows(probs, value, rows, training)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
-    def call_blocks(self, blocks: list[tf.Tensor], attention_bias: tf.Tensor) -> list[tf.Tensor]:
+    def call_blocks(
+        self,
+        rows: list[tf.Tensor],
+        lengths: list[tf.Tensor],
+        batch: tf.Tensor,
+        attention_bias: tf.Tensor,
+    ) -> list[tf.Tensor]:
         """Inference (no dropout) on consecutive groups of positions, as independent ops.
 
-        `blocks` are [batch, len_i, hidden] pieces of the sequence, in order. Each group's
+        `rows[i]` is group i's [batch * lengths[i], hidden] rows (the groups are consecutive
+        pieces of the sequence, in order); returns each group's output rows. Each group's
         queries attend to every key, so the groups' keys and values are joined (the only ops
         that wait for all groups); everything else runs per group. The same function as `call`
         on the joined sequence. `attention_bias` is [batch, 1, 1, seq_len] (keys only).
         """
-        batch, width = tf.shape(blocks[0])[0], self.config.hidden_size
-        lengths = [tf.shape(block)[1] for block in blocks]
-        rows = [tf.reshape(block, [-1, width]) for block in blocks]
         pieces = list(zip(rows, lengths, strict=True))
         # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
         key = tf.concat([self._split_heads(self.key(r), batch, n) for r, n in pieces], axis=2)
@@ -169,8 +173,7 @@ class TransformerLayer(ConfiguredLayer):
         outputs = []
         for r, n in pieces:
             probs = self._probs(self._split_heads(self.query(r), batch, n), key, attention_bias)
-            output = self._output_rows(probs, value, r, training=False)
-            outputs.append(tf.reshape(output, [batch, n, width]))
+            outputs.append(self._output_rows(probs, value, r, training=False))
         return outputs
 
     def variable_map(self, prefix: str) -> dict[str, tf.Variable]:
