@@ -11,7 +11,8 @@ Usage:
         [--configs default,fp32,...] [--skip-peer] [--no-extras]
 
 Rows: the project at its default precision/XLA (resolved for this machine), at float32 and
-mixed_bfloat16 with XLA on and off, and Model Garden fp32. `--baseline DIR` adds a row
+mixed_bfloat16 with XLA on and off, and Model Garden fp32 (`parallel2`, not in the default
+list: `parallel_micro_batches` 2 with threads (1, 2)). `--baseline DIR` adds a row
 `baseline`: the default configuration with the `electra_tf` package of another checkout (e.g. a
 `git worktree` of an earlier commit), timed by this checkout's harness in the same rounds, for
 before/after figures of a change. `--batch 128 --configs default
@@ -35,8 +36,17 @@ ROOT = os.path.dirname(HERE)
 RESULT_TAG = "BENCH_RESULT "
 
 # name -> worker settings. "auto" means: what the project's config resolution picks here.
-CONFIGS: dict[str, dict[str, str]] = {
+# "parallel2": the batch as two micro-batches side by side (`parallel_micro_batches`), one
+# single-threaded core each (threads intra 1, inter 2, whatever --intra/--inter say).
+CONFIGS: dict[str, dict] = {
     "default": {"kind": "project", "precision": "auto", "jit": "auto"},
+    "parallel2": {
+        "kind": "project",
+        "precision": "auto",
+        "jit": "auto",
+        "hparams": {"parallel_micro_batches": 2},
+        "threads": (1, 2),
+    },
     "fp32": {"kind": "project", "precision": "float32", "jit": "off"},
     "fp32+xla": {"kind": "project", "precision": "float32", "jit": "on"},
     "bf16": {"kind": "project", "precision": "mixed_bfloat16", "jit": "off"},
@@ -112,8 +122,8 @@ def _time_steps(run_step, steps: int, warmup: int) -> list[float]:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    _set_threads(args.intra, args.inter)
     settings = CONFIGS[args.worker]
+    _set_threads(*settings.get("threads", (args.intra, args.inter)))
     start = time.perf_counter()
     if settings["kind"] == "peer":
         from peer_model_garden import build_peer_step
@@ -128,7 +138,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         from project_step import build_project_step
 
         run_step, params, resolved = build_project_step(
-            args.batch, args.seq, settings["precision"], settings["jit"]
+            args.batch, args.seq, settings["precision"], settings["jit"], settings.get("hparams")
         )
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")

@@ -57,10 +57,11 @@ def synthetic_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.da
 
 
 def build_project_step(
-    batch: int, seq: int, precision: str, jit: str
+    batch: int, seq: int, precision: str, jit: str, extra: dict[str, Any] | None = None
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
-    """(run one step, number of trainable parameters, the resolved precision/XLA settings)."""
-    hparams: dict[str, Any] = {"train_batch_size": batch, "max_seq_length": seq}
+    """(run one step, number of trainable parameters, the resolved precision/XLA settings);
+    `extra`: more config fields (hparams)."""
+    hparams: dict[str, Any] = {"train_batch_size": batch, "max_seq_length": seq, **(extra or {})}
     if precision != "auto":
         hparams["precision"] = precision
     if jit != "auto":

@@ -144,18 +144,19 @@ def check_objective_variant(config: PretrainingConfig) -> None:
             f"untied_generator: must be true with objective_variant {variant!r}: its samples "
             "come from a separate generator network, not from the masked LM being trained"
         )
-    if (
-        variant == "electra_15"
-        and config.gradient_accumulation_steps > 1
-        and config.mask_positions_with_replacement
-    ):
-        # Positions drawn with replacement repeat at random, so how many distinct positions
-        # the loss averages over is known only after every micro-batch is masked.
-        raise ConfigError(
-            "gradient_accumulation_steps: > 1 with objective_variant 'electra_15' needs "
-            "mask_positions_with_replacement false (the loss denominator, the number of "
-            "distinct masked positions, must be known before the micro-batches run)"
-        )
+    for field in ("gradient_accumulation_steps", "parallel_micro_batches"):
+        if (
+            variant == "electra_15"
+            and getattr(config, field) > 1
+            and config.mask_positions_with_replacement
+        ):
+            # Positions drawn with replacement repeat at random, so how many distinct
+            # positions the loss averages over is known only after every micro-batch is masked.
+            raise ConfigError(
+                f"{field}: > 1 with objective_variant 'electra_15' needs "
+                "mask_positions_with_replacement false (the loss denominator, the number of "
+                "distinct masked positions, must be known before the micro-batches run)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +285,15 @@ class PretrainingConfig:
     precision: str = "float32"  # auto | float32 | mixed_bfloat16 | mixed_float16
     jit_compile: bool | str = "auto"  # auto | true | false
     gradient_accumulation_steps: int = 1
+    # k > 1: each step cuts the batch into k micro-batches that run side by side, as
+    # independent ops (the accumulation's arithmetic: whole-batch denominators, summed
+    # gradients, one update), so that k inter-op threads with single-threaded kernels each run
+    # one on its own core. Ours (a CPU speed option); pair it with intra_op_threads 1 and
+    # inter_op_threads k. Not together with gradient_accumulation_steps > 1.
+    parallel_micro_batches: int = 1
+    # TensorFlow's thread pools for `python -m electra_tf.pretrain` (0 = TensorFlow's default).
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
     # The generator's own variables (scopes generator/ and generator_predictions/; Electric's
     # generator_ltr/, generator_rtl/ and cloze_predictions/) step with learning_rate x this.
     # 1.0 is the original (one lr for both networks); the shared embeddings always take the
@@ -356,12 +366,21 @@ class PretrainingConfig:
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
         changes: dict[str, Any] = self._objective_changes()
-        k = self.gradient_accumulation_steps
-        if not isinstance(k, int) or k < 1 or self.train_batch_size % k:
+        for field in ("gradient_accumulation_steps", "parallel_micro_batches"):
+            k = getattr(self, field)
+            if not isinstance(k, int) or k < 1 or self.train_batch_size % k:
+                raise ConfigError(
+                    f"{field}: {k!r} must be a positive integer that divides "
+                    f"train_batch_size {self.train_batch_size}"
+                )
+        if self.gradient_accumulation_steps > 1 and self.parallel_micro_batches > 1:
             raise ConfigError(
-                f"gradient_accumulation_steps: {k!r} must be a positive integer that divides "
-                f"train_batch_size {self.train_batch_size}"
+                "parallel_micro_batches: > 1 with gradient_accumulation_steps > 1 is not "
+                "supported; set one of them to 1"
             )
+        for field in ("intra_op_threads", "inter_op_threads"):
+            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
+                raise ConfigError(f"{field}: {getattr(self, field)!r} must be an integer >= 0")
         changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
         if self.precision == "auto" or self.jit_compile == "auto":
             from electra_tf import device_defaults  # imports TensorFlow only when needed

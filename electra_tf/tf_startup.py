@@ -31,13 +31,18 @@ def has_nvidia_driver() -> bool:
     return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
 
 
-def start_tensorflow() -> None:
-    """Imports TensorFlow and makes its first device query, keeping CPU-only noise off stderr."""
+def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
+    """Imports TensorFlow and makes its first device query, keeping CPU-only noise off stderr.
+
+    Non-zero thread counts set TensorFlow's intra-op / inter-op pools first (they are fixed at
+    the first device query); 0 keeps TensorFlow's default.
+    """
     if "tensorflow" in sys.modules and getattr(start_tensorflow, "done", False):
         return
     if has_nvidia_driver():
         import tensorflow as tf
 
+        _set_threads(tf, intra_op_threads, inter_op_threads)
         tf.config.list_logical_devices()
         start_tensorflow.done = True  # type: ignore[attr-defined]
         return
@@ -48,6 +53,7 @@ def start_tensorflow() -> None:
         try:
             import tensorflow as tf
 
+            _set_threads(tf, intra_op_threads, inter_op_threads)
             tf.config.list_logical_devices()
         finally:
             sys.stderr.flush()
@@ -59,3 +65,10 @@ def start_tensorflow() -> None:
                     sys.stderr.write(line)
             sys.stderr.flush()
     start_tensorflow.done = True  # type: ignore[attr-defined]
+
+
+def _set_threads(tf, intra_op_threads: int, inter_op_threads: int) -> None:
+    if intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    if inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)

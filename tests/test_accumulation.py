@@ -53,8 +53,13 @@ def _train(steps, batches, initial_weights=None, **extra):
     return weights, logs, final, change
 
 
+@pytest.mark.parametrize(
+    "split",
+    [{"steps": 4}, {"steps": 1, "parallel_micro_batches": 4}],
+    ids=["accumulated", "parallel"],
+)
 @pytest.mark.parametrize("electric", [False, True], ids=["electra", "electric"])
-def test_accumulated_micro_batches_give_the_full_batch_update(electric):
+def test_micro_batches_give_the_full_batch_update(electric, split):
     # Rows of different lengths: the micro-batches have different token and masked-slot
     # counts, so averaging per-micro-batch means would NOT give the batch loss; dividing by
     # the whole batch's denominators does (Electric's cloze loss: its candidate count).
@@ -62,7 +67,9 @@ def test_accumulated_micro_batches_give_the_full_batch_update(electric):
     extra = {"electric_objective": True} if electric else {}
     with batch_split_invariant_objective():
         weights, whole, whole_final, change = _train(1, batches, **extra)
-        _, accumulated, accumulated_final, _ = _train(4, batches, weights, **extra)
+        split = dict(split)
+        _, accumulated, accumulated_final, _ = _train(split.pop("steps"), batches, weights,
+                                                      **split, **extra)  # fmt: skip
     names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
     for name in names + (["cloze_loss"] if electric else []):
         np.testing.assert_allclose(
@@ -83,3 +90,48 @@ def test_accumulation_steps_must_divide_the_batch():
         _config(3)
     with pytest.raises(ConfigError, match="gradient_accumulation_steps"):
         _config(0)
+
+
+def test_parallel_micro_batches_are_checked():
+    with pytest.raises(ConfigError, match="parallel_micro_batches: 3 must .*train_batch_size 8"):
+        _config(1, parallel_micro_batches=3)
+    with pytest.raises(ConfigError, match="parallel_micro_batches: > 1 with gradient_acc"):
+        _config(2, parallel_micro_batches=2)
+    with pytest.raises(ConfigError, match="inter_op_threads: -1 must be an integer >= 0"):
+        _config(1, inter_op_threads=-1)
+
+
+def test_parallel_micro_batches_run_as_independent_ops():
+    """No loop: the micro-batches' forward passes are separate ops of one graph, so an
+    inter-op pool can run them at once (the point of the option)."""
+    config = _config(1, parallel_micro_batches=2)
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    model.compile(optimizer=build_optimizer(config, model))
+    batch = {key: tf.constant(value) for key, value in tiny_batch(batch=BATCH, seed=0).items()}
+    graph = tf.function(model.train_step).get_concrete_function(batch).graph
+    types = [op.type for op in graph.get_operations()]
+    assert "While" not in types and "StatelessWhile" not in types
+    # Two forward passes: twice the one-pass step's Softmax ops (attention and vocabulary).
+    one = _config(1)
+    single = ElectraPretrainer(one, **SPECIAL_IDS)
+    single.compile(optimizer=build_optimizer(one, single))
+    single_types = [
+        op.type for op in tf.function(single.train_step).get_concrete_function(batch).graph
+        .get_operations()
+    ]  # fmt: skip
+    assert types.count("Softmax") == 2 * single_types.count("Softmax") > 0
+
+
+def test_start_tensorflow_sets_the_thread_pools():
+    import subprocess
+    import sys
+
+    code = (
+        "from electra_tf.tf_startup import start_tensorflow; start_tensorflow(1, 3); "
+        "import tensorflow as tf; t = tf.config.threading; "
+        "print(t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["1", "3"]

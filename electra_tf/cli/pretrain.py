@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from electra_tf.tf_startup import start_tensorflow
 
     stop_with_parent()
-    start_tensorflow()
+    start_tensorflow(config.intra_op_threads, config.inter_op_threads)
     from electra_tf.data.pretraining_input import InputDataError
     from electra_tf.pretraining import loop
     from electra_tf.run_lock import LockError

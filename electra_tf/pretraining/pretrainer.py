@@ -336,6 +336,10 @@ class ElectraPretrainer(keras.Model):
         their gradients summed, and the optimizer applied once. Each micro-batch's losses divide
         by the WHOLE batch's denominators (the masked-slot count is known before masking), so
         the applied gradient is the one-pass gradient of the same corrupted batch.
+
+        With `parallel_micro_batches` k > 1 the same arithmetic runs on k micro-batches that
+        are independent ops in one graph (no loop): an executor with k inter-op threads runs
+        them side by side, which on a CPU with single-threaded kernels keeps every core busy.
         """
         inputs = data[0] if isinstance(data, tuple) else data
         optimizer = self.optimizer
@@ -345,7 +349,10 @@ class ElectraPretrainer(keras.Model):
             self._trackers.update_learning_rate(schedule(optimizer.iterations))
         variables = self.trainable_variables
         steps = self.config.gradient_accumulation_steps
-        if steps == 1:
+        parts = self.config.parallel_micro_batches
+        if parts > 1:
+            gradients = self._parallel_gradients(inputs, variables, parts)
+        elif steps == 1:
             gradients, outputs = self._gradients(inputs, variables)
             self._update_metrics(outputs, inputs)
         else:
@@ -365,13 +372,15 @@ class ElectraPretrainer(keras.Model):
             gradients = optimizer.get_unscaled_gradients(gradients)
         return gradients, outputs
 
-    def _accumulated_gradients(self, inputs, variables, steps):
+    def _whole_batch_denominators(self, inputs, parts: int) -> tuple[tf.Tensor, ...]:
+        """The losses' denominators over the whole batch (and all replicas), for `parts`
+        micro-batches that each see a share of it; checks that `parts` divides the batch."""
         config = self.config
         batch = tf.shape(inputs["input_ids"])[0]
         tf.debugging.assert_equal(
-            batch % steps,
+            batch % parts,
             0,
-            message=f"gradient_accumulation_steps {steps} must divide the per-replica batch",
+            message=f"{parts} micro-batches must divide the per-replica batch",
         )
         denominators = (
             replica_sum(
@@ -392,6 +401,31 @@ class ElectraPretrainer(keras.Model):
                 inputs["input_ids"], inputs["input_mask"], **self.special_ids
             )
             denominators += (replica_sum(tf.reduce_sum(tf.cast(candidates, tf.float32))),)
+        return denominators
+
+    def _parallel_gradients(self, inputs, variables, parts):
+        denominators = self._whole_batch_denominators(inputs, parts)
+        size = tf.shape(inputs["input_ids"])[0] // parts
+        sums = None
+        for index in range(parts):
+            part = {key: value[index * size : (index + 1) * size] for key, value in inputs.items()}
+            gradients, outputs = self._gradients(part, variables, denominators)
+            # Each part's loss is its share of the batch loss: scale so the Mean is the total.
+            self._update_metrics(outputs, part, parts=parts)
+            # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
+            gradients = [None if g is None else tf.convert_to_tensor(g) for g in gradients]
+            if sums is None:
+                sums = gradients
+            else:
+                sums = [
+                    grad if total is None else total if grad is None else total + grad
+                    for total, grad in zip(sums, gradients, strict=True)
+                ]
+        return sums
+
+    def _accumulated_gradients(self, inputs, variables, steps):
+        batch = tf.shape(inputs["input_ids"])[0]
+        denominators = self._whole_batch_denominators(inputs, steps)
         # [steps, batch / steps, ...] per feature.
         micro = {
             key: tf.reshape(value, tf.concat([[steps, batch // steps], tf.shape(value)[1:]], 0))
