@@ -338,3 +338,35 @@ def test_quick_run_end_to_end(tmp_path):
     assert profiles[1]["categories"]["optimizer"]["ms_per_step"] == 0
     assert "### train step, batch 4 x seq 32" in run.stdout
     assert "### serving `encode_ids`, batch 1 x seq 32" in run.stdout
+
+
+def test_the_hand_written_training_forms_are_counted_as_layer_norm_and_gelu():
+    """The training fusions' custom-gradient ops (forward and gradient) carry scopes that the
+    categoriser reads: none of them falls into "other"."""
+    import tensorflow as tf
+
+    from electra_tf.modeling.utils import apply_activation, apply_layer_norm, layer_norm
+
+    norm = layer_norm()
+    norm.build([None, 8])
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with tf.name_scope("layer_0"):
+                y = apply_activation("gelu", apply_layer_norm(norm, x, training=True), True)
+            loss = tf.reduce_sum(y)
+        return tape.gradient(loss, [x, *norm.trainable_variables])
+
+    graph = step.get_concrete_function(tf.TensorSpec([4, 8])).graph
+    kinds = {"layer_norm": 0, "gelu": 0}
+    for op in graph.get_operations():
+        category = pb.categorise(op.name, op.type)
+        if category in kinds:
+            kinds[category] += 1
+        # Outside layer_0: the test's own loss and its gradient.
+        elif category == "other" and "layer_0/" in op.name:
+            raise AssertionError(f"{op.name} ({op.type}) is uncategorised")
+    # Forward and gradient: 9 + 11 LayerNorm ops, 5 + 7 GELU ops (as written in utils.py).
+    assert kinds["layer_norm"] > 15 and kinds["gelu"] > 10, kinds
