@@ -439,3 +439,48 @@ def test_training_graph_computes_what_the_inference_graph_does():
     scale = max(np.abs(g).max() for g in grads_eval)
     for name, a, b in zip(encoder.variable_map(), grads_train, grads_eval, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale, err_msg=name)
+
+
+def test_training_forms_under_mixed_bfloat16_match_the_keras_layers():
+    # Under mixed_bfloat16 the training forms replace the Keras layer and activation too: the
+    # LayerNorm in float32 (as the layer computes it, from bf16 inputs, back to bf16), GELU in
+    # bf16. Values and gradients agree to bf16's precision; the graph holds the hand-written
+    # forms (their name scopes), not the Keras ops.
+    from electra_tf.modeling.utils import apply_activation, apply_layer_norm, layer_norm
+
+    rng = np.random.default_rng(1)
+    norm = layer_norm(dtype="mixed_bfloat16")
+    norm.build([None, None, 32])
+    norm.gamma.assign(rng.normal(1.0, 0.3, size=32))
+    norm.beta.assign(rng.normal(0.0, 0.3, size=32))
+    x = tf.constant(rng.normal(2.0, 1.0, size=(2, 6, 32)), tf.bfloat16)
+    dy = tf.constant(rng.normal(size=(2, 6, 32)), tf.bfloat16)
+
+    def values_and_grads(f):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.cast(dy, tf.float32))
+        grads = tape.gradient(loss, [x, norm.gamma, norm.beta])
+        return [tf.cast(t, tf.float32).numpy() for t in [y, *grads]], y.dtype
+
+    expected, keras_dtype = values_and_grads(
+        lambda t: apply_activation("gelu", norm(t), training=False)
+    )
+    got, dtype = values_and_grads(
+        lambda t: apply_activation("gelu", apply_layer_norm(norm, t, training=True), True)
+    )
+    assert dtype == keras_dtype == tf.bfloat16
+    for name, a, b in zip(["y", "dx", "dgamma", "dbeta"], got, expected, strict=True):
+        scale = np.abs(b).max()
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-2 * scale, err_msg=name)
+
+    graph = (
+        tf.function(
+            lambda t: apply_activation("gelu", apply_layer_norm(norm, t, training=True), True)
+        )
+        .get_concrete_function(tf.TensorSpec([None, None, 32], tf.bfloat16))
+        .graph
+    )
+    names = [op.name for op in graph.get_operations()]
+    assert any("layer_norm_train" in n for n in names) and any("gelu_train" in n for n in names)

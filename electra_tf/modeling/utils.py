@@ -86,9 +86,10 @@ def query_blocks() -> int:
 def apply_layer_norm(
     norm: keras.layers.LayerNormalization, x: tf.Tensor, training: bool = False
 ) -> tf.Tensor:
-    """`norm(x)` over the last axis, with the same variables and epsilon. In float32, two other
-    forms of the same function: in training, `_layer_norm_train` (a hand-written gradient);
-    when tracing a serving signature (`serving_layer_norms`), one that Grappler fuses.
+    """`norm(x)` over the last axis, with the same variables and epsilon. Two other forms of the
+    same function: in training, `_layer_norm_train` (a hand-written gradient; under mixed
+    precision in float32, as the layer computes it); in float32, when tracing a serving
+    signature (`serving_layer_norms`), one that Grappler fuses.
 
     tf_keras' LayerNormalization with the original's epsilon of 1e-12 cannot use its
     FusedBatchNorm path (that op's Python wrapper raises epsilon to 1.001e-5), so it is eight
@@ -97,10 +98,12 @@ def apply_layer_norm(
     offset, empty mean/variance) -> Reshape -> Mul(gamma) -> AddV2(beta), on 2-D or 3-D input.
     The raw op keeps epsilon at 1e-12, and the remapper copies it into the fused kernel.
     """
+    if training and norm.variable_dtype == "float32":
+        # Under mixed precision in float32 and back, as the Keras layer computes it.
+        normalised = _layer_norm_train(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon)
+        return tf.cast(normalised, norm.compute_dtype)
     if norm.compute_dtype != "float32":
         return norm(x)
-    if training:
-        return _layer_norm_train(x, norm.gamma, norm.beta, norm.epsilon)
     tracing = getattr(_serving_trace, "active", False) and not tf.executing_eagerly()
     if not tracing:
         return norm(x)
@@ -185,10 +188,11 @@ def _gelu_train(x: tf.Tensor):
 
 
 def apply_activation(name: str, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-    """The config's `hidden_act` on x. The exact GELU in float32 training takes
-    `_gelu_train` (the same values, a shorter gradient); inference keeps the Keras form, which
-    the serving graph fuses into the matrix product before it."""
-    if name == "gelu" and training and x.dtype == tf.float32:
+    """The config's `hidden_act` on x. The exact GELU in training takes `_gelu_train` (the same
+    values, a shorter gradient; in x's dtype, float32 or bfloat16, as the Keras form computes
+    it); inference keeps the Keras form, which the serving graph fuses into the matrix product
+    before it."""
+    if name == "gelu" and training and x.dtype in (tf.float32, tf.bfloat16):
         return _gelu_train(x)
     return keras.activations.get(name)(x)
 
