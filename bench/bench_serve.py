@@ -25,8 +25,9 @@ Rows, all from one run:
         [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
         [--threads 1,2]
 
-TensorFlow runs with `--threads` (intra-op, inter-op; default 1,2, the setting the README gives
-a model server for the default export); PyTorch with its own default (one thread per core).
+TensorFlow runs with `--threads` (intra-op, inter-op; default: `TF_NUM_INTRAOP_THREADS` and
+`TF_NUM_INTEROP_THREADS` where set, else 1,2, the setting the README gives a model server for
+the default export); PyTorch with its own default (one thread per core).
 """
 
 from __future__ import annotations
@@ -89,9 +90,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
     parser.add_argument(
         "--threads",
-        default="1,2",
-        help="TensorFlow's intra-op,inter-op threads (default 1,2, the README's serving "
-        "setting; 0 = TensorFlow's default)",
+        help="TensorFlow's intra-op,inter-op threads (0 = TensorFlow's default). Default: "
+        "TF_NUM_INTRAOP_THREADS,TF_NUM_INTEROP_THREADS where either is set, else 1,2 (the "
+        "README's serving setting)",
     )
     # Internal: what a --baseline subprocess is asked for.
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
@@ -99,6 +100,10 @@ def parse_args() -> argparse.Namespace:
     if args.calls < 50:
         parser.error("--calls: p99 needs at least 50 calls")
     args.batches = tuple(int(b) for b in args.batches.split(","))
+    if args.threads is None:
+        # The environment's pools, as TensorFlow itself would read them.
+        env = [os.environ.get(f"TF_NUM_{pool}OP_THREADS") for pool in ("INTRA", "INTER")]
+        args.threads = ",".join(v or "0" for v in env) if any(env) else "1,2"
     try:
         args.threads = tuple(int(t) for t in args.threads.split(","))
     except ValueError:
