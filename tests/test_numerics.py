@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 import reference_numpy as ref
+import tensorflow as tf
 from pretrainer_fixtures import SPECIAL_IDS, tiny_batch, tiny_config
 
-from electra_tf.pretraining.losses import electra_loss
+from electra_tf.pretraining.losses import electra_loss, masked_lm_losses
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
 
@@ -38,6 +39,38 @@ def test_total_loss_on_a_hand_built_batch():
         np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]),
     )
     assert float(out["disc_loss"]) < 1e-8
+
+
+def test_masked_lm_losses_and_gradient_match_float64_log_softmax():
+    # The loss is computed around one softmax with a written-out gradient (issue #16): check
+    # values and d loss / d logits against a float64 log-softmax, on [batch, N, V] logits with
+    # one row whose spread (400) underflows every float32 probability but the largest, and
+    # targets at the smallest logit there (a loss of about 400, which must stay finite).
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0.0, 3.0, size=(2, 3, 50)).astype(np.float32)
+    logits[1, 2] = np.linspace(-200.0, 200.0, 50, dtype=np.float32)
+    ids = rng.integers(0, 50, size=(2, 3)).astype(np.int32)
+    ids[1, 2] = 0
+    upstream = rng.normal(size=(2, 3)).astype(np.float32)
+    x = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        losses = masked_lm_losses(x, ids)
+        total = tf.reduce_sum(losses * upstream)
+    grad = tape.gradient(total, x).numpy()
+
+    z = logits.astype(np.float64)
+    shifted = z - z.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    expected = -np.take_along_axis(log_probs, ids[..., None].astype(np.int64), -1)[..., 0]
+    np.testing.assert_allclose(losses.numpy(), expected, rtol=1e-6, atol=1e-5)
+    assert abs(float(losses[1, 2]) - 400.0) < 1e-3
+    one_hot = np.eye(50)[ids]
+    expected_grad = (np.exp(log_probs) - one_hot) * upstream[..., None]
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+    # And the same numbers as TensorFlow's sparse cross-entropy kernel.
+    sparse = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
+    np.testing.assert_allclose(losses.numpy(), sparse.numpy(), rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize(

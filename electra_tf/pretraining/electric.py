@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from electra_tf.pretraining.losses import masked_lm_losses
+
 
 def token_log_probs(logits: tf.Tensor, token_ids: tf.Tensor) -> tf.Tensor:
     """log softmax(logits)[token] per position: float32 [batch, seq_len] from logits
     [batch, seq_len, vocab] and int ids [batch, seq_len].
 
-    Computed as minus the softmax cross-entropy, which gives the same numbers as the
-    original's `reduce_sum(log_softmax(logits) * one_hot(ids))` without a [batch, seq_len,
-    vocab] log-softmax or one-hot tensor.
+    Computed as minus the masked-LM loss (`losses.masked_lm_losses`), which gives the same
+    numbers as the original's `reduce_sum(log_softmax(logits) * one_hot(ids))` without a
+    [batch, seq_len, vocab] log-softmax or one-hot tensor.
     """
-    return -tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(token_ids, tf.int32), logits=tf.cast(logits, tf.float32)
-    )
+    return -masked_lm_losses(logits, token_ids)
 
 
 def noise_prior(mask_prob: float) -> tf.Tensor:

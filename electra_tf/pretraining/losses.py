@@ -37,12 +37,37 @@ def weighted_mean(
     return numerator / (denominator + DENOMINATOR_EPSILON)
 
 
+@tf.custom_gradient
+def _row_cross_entropy(logits: tf.Tensor, target_ids: tf.Tensor):
+    """-log softmax(logits)[target] per row of float32 [rows, V] logits, int32 [rows] ids.
+
+    The same numbers as `tf.nn.sparse_softmax_cross_entropy_with_logits` (and the original's
+    -sum(log_softmax * one_hot)), computed around one softmax, which oneDNN runs in one pass
+    where the sparse cross-entropy kernel takes 2.7 times as long (issue #16; bench/README.md):
+    log-sum-exp = max - log(max softmax), the largest probability being at least 1 / V, so
+    its log never underflows; the gradient is softmax - one_hot(target), from the same
+    softmax.
+    """
+    probs = tf.nn.softmax(logits)
+    log_sum_exp = tf.reduce_max(logits, axis=-1) - tf.math.log(tf.reduce_max(probs, axis=-1))
+    target_logits = tf.gather(logits, target_ids[:, tf.newaxis], batch_dims=1)[:, 0]
+
+    def backward(upstream):
+        rows = tf.range(tf.shape(target_ids)[0])
+        targets = tf.stack([rows, target_ids], axis=1)  # [rows, 2]
+        return tf.tensor_scatter_nd_sub(probs * upstream[:, tf.newaxis], targets, upstream), None
+
+    return log_sum_exp - target_logits, backward
+
+
 def masked_lm_losses(logits: tf.Tensor, target_ids: tf.Tensor) -> tf.Tensor:
     """-log p(target) per slot: float32 [batch, num_masked] from logits [batch, num_masked, V]
     (or per position, [batch, seq_len] from cloze logits [batch, seq_len, V])."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(target_ids, tf.int32), logits=tf.cast(logits, tf.float32)
-    )
+    logits = tf.cast(logits, tf.float32)
+    target_ids = tf.cast(target_ids, tf.int32)
+    rows = tf.reshape(logits, [-1, tf.shape(logits)[-1]])
+    losses = _row_cross_entropy(rows, tf.reshape(target_ids, [-1]))
+    return tf.reshape(losses, tf.shape(target_ids))
 
 
 def replaced_token_losses(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
