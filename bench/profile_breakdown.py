@@ -55,11 +55,12 @@ matches; where it does not (ops that Grappler created), the fallbacks in [] appl
  6. any other op in a `dropout*` scope (GreaterEqual, SelectV2, Mul, and their gradients):
     dropout mask and scale.
  7. a dimension equal to the vocabulary size (30522) in an input or output shape: a matrix product
-    -> generator vocabulary logits matmul (the [B, N, E] x [V, E] einsum, its two gradients);
+    -> generator vocabulary logits matmul (the [B * N, E] x [V, E]^T MatMul, its two gradients);
     anything else -> generator vocabulary softmax, cross-entropy and sampling (logits bias add,
     SparseSoftmaxCrossEntropyWithLogits and its gradient, Gumbel log/add/argmax, the AddN of the
     tied embedding table's two gradients). [No shape: a matrix product under
-    `generator_predictions/einsum` or `cloze_predictions/einsum` -> logits matmul; a
+    `generator_predictions/MatMul` or `cloze_predictions/MatMul` (`einsum` before 2026-11-27)
+    -> logits matmul; a
     SparseSoftmaxCrossEntropyWithLogits type or scope -> vocabulary softmax.]
  8. matrix products: MatMul, BatchMatMul*, _FusedMatMul, Einsum (any prefix, any fusion).
  9. attention softmax: Softmax / LogSoftmax types, or any op with an input or output of
@@ -157,7 +158,7 @@ SOFTMAX_TYPES = re.compile(r"^(Log)?Softmax$")
 LAYER_NORM_SCOPE = re.compile(r"layer_?norm", re.IGNORECASE)
 LAYER_NORM_TYPES = re.compile(r"LayerNorm|^FusedBatchNorm")
 GELU_SCOPE = re.compile(r"gelu", re.IGNORECASE)
-VOCAB_MATMUL_SCOPE = re.compile(r"(generator|cloze)_predictions/einsum")
+VOCAB_MATMUL_SCOPE = re.compile(r"(generator|cloze)_predictions/(einsum|MatMul)")
 
 
 def base_type(op_type: str) -> str:

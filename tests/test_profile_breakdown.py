@@ -52,6 +52,9 @@ GRAD = "while/body/_1/gradient_tape/while/"
         ),
         # ... or, without shapes, by the head's scope / the cross-entropy op.
         (BODY + "generator_predictions/einsum/Einsum", "_MklEinsum", None, "vocab_matmul"),
+        (BODY + "generator_predictions/MatMul", "_MklNativeFusedMatMul", None, "vocab_matmul"),
+        (GRAD + "generator_predictions/MatMul/MatMul_1", "_MklMatMul", None, "vocab_matmul"),
+        (BODY + "cloze_predictions/MatMul", "_MklMatMul", None, "vocab_matmul"),
         (
             BODY + "SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits",
             "SparseSoftmaxCrossEntropyWithLogits",

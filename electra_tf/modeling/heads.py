@@ -77,8 +77,16 @@ class GeneratorHead(keras.layers.Layer):
             hidden = tf.gather(sequence_output, positions, batch_dims=1)
         hidden = self.layer_norm(self.dense(hidden))
         table = tf.cast(self.embeddings.word_embeddings, hidden.dtype)  # [vocab, width]
-        logits = tf.einsum("bne,ve->bnv", hidden, table)  # [batch, num_masked, vocab]
-        return logits + tf.cast(self.output_bias, logits.dtype)
+        # One MatMul against the transposed table on [rows, width], the bias added by BiasAdd,
+        # which Grappler fuses into it: with its two gradient products 15-25% faster than the
+        # einsum over [batch, num_masked, width] (issue #16), the same values.
+        shape = tf.shape(hidden)
+        rows = tf.reshape(hidden, [-1, shape[-1]])
+        logits = tf.nn.bias_add(
+            tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, hidden.dtype)
+        )
+        # [batch, num_masked, vocab]
+        return tf.reshape(logits, tf.concat([shape[:-1], [self.config.vocab_size]], axis=0))
 
     def variable_map(self, scope: str | None = None) -> dict[str, tf.Variable]:
         """The head's own variables under `scope` (default: the layer's name, i.e.
