@@ -85,6 +85,33 @@ def test_micro_batches_give_the_full_batch_update(electric, split):
         np.testing.assert_allclose(b, a, atol=2e-6)
 
 
+@pytest.mark.parametrize("parts", [2, 4])
+@pytest.mark.parametrize("electric", [False, True], ids=["electra", "electric"])
+def test_parallel_micro_batches_draw_what_the_one_pass_step_draws(electric, parts):
+    # The real masking and Gumbel sampling this time (no batch-split-invariant objective): the
+    # parallel step draws both once for the whole batch and slices them, so from the same RNG
+    # state it corrupts every batch as the one-pass step does and (no dropout) makes the same
+    # updates, step after step.
+    batches = [tiny_batch(batch=BATCH, seed=seed) for seed in (0, 1, 2)]
+    extra = {"electric_objective": True} if electric else {}
+    weights, whole, whole_final, change = _train(1, batches, **extra)
+    _, parallel, parallel_final, _ = _train(
+        1, batches, weights, parallel_micro_batches=parts, **extra
+    )
+    names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
+    for name in names + (["cloze_loss"] if electric else []):
+        np.testing.assert_allclose(
+            [log[name] for log in parallel],
+            [log[name] for log in whole],
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
+        )
+    assert change > 1e-4
+    for a, b in zip(whole_final, parallel_final, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-6)
+
+
 def test_accumulation_steps_must_divide_the_batch():
     with pytest.raises(ConfigError, match="gradient_accumulation_steps.*train_batch_size 8"):
         _config(3)

@@ -26,7 +26,12 @@ from electra_tf.pretraining.masking import (
     mask_inputs,
     num_masked_slots,
 )
-from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
+from electra_tf.pretraining.sampling import (
+    gather_positions,
+    gumbel_sample,
+    gumbel_uniform,
+    scatter_update,
+)
 
 
 class ElectraPretrainer(keras.Model):
@@ -159,22 +164,38 @@ class ElectraPretrainer(keras.Model):
     def call(self, inputs, training=False):
         return self._forward(inputs, training)
 
-    def _forward(self, inputs, training, denominators=None):
-        """The forward pass; `denominators` as `electra_loss`'s (gradient accumulation)."""
+    def _draw(self, inputs, with_uniform: bool = False) -> dict:
+        """The step's random draws for `inputs`' batch: `masked` (`mask_inputs`' outputs),
+        `sample_seed` and, with `with_uniform` (and a discriminator), the sampler's `uniform`
+        noise [batch, N, vocab], the numbers `gumbel_sample` would draw from that seed."""
         config = self.config
-        input_ids = tf.cast(inputs["input_ids"], tf.int32)
-        input_mask = tf.cast(inputs["input_mask"], tf.int32)
-        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
         seeds = self.rng.make_seeds(2)  # [2, 2]: one stateless seed per random step
         masked = mask_inputs(
-            input_ids,
-            input_mask,
+            inputs["input_ids"],
+            inputs["input_mask"],
             config.max_predictions_per_seq,
             config.mask_prob,
             seeds[:, 0],
             with_replacement=config.mask_positions_with_replacement,
             **self.special_ids,
         )
+        draws = {"masked": masked, "sample_seed": seeds[:, 1]}
+        if with_uniform and config.has_discriminator:
+            batch = tf.shape(inputs["input_ids"])[0]
+            shape = tf.stack([batch, config.max_predictions_per_seq, config.vocab_size])
+            draws["uniform"] = gumbel_uniform(shape, seeds[:, 1])
+        return draws
+
+    def _forward(self, inputs, training, denominators=None, draws=None):
+        """The forward pass; `denominators` as `electra_loss`'s (gradient accumulation);
+        `draws` (`_draw`'s, or a slice of a larger batch's) instead of drawing anew."""
+        config = self.config
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        input_mask = tf.cast(inputs["input_mask"], tf.int32)
+        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
+        if draws is None:
+            draws = self._draw(inputs)
+        masked = draws["masked"]
         outputs = dict(masked)
         cloze = None
         if self.two_tower:
@@ -196,9 +217,10 @@ class ElectraPretrainer(keras.Model):
                     input_ids,
                     input_mask,
                     segment_ids,
-                    seeds[:, 1],
+                    draws["sample_seed"],
                     training,
                     cloze_logits=outputs.get("cloze_logits"),
+                    uniform=draws.get("uniform"),
                 )
             )
             disc_logits, disc_labels = outputs.get("disc_logits"), outputs.get("disc_labels")
@@ -262,6 +284,7 @@ class ElectraPretrainer(keras.Model):
         seed,
         training,
         cloze_logits=None,
+        uniform=None,
     ):
         """Samples replacements from the generator and runs the discriminator on the result:
         `sampled_ids`, `fake_input_ids`, `disc_labels` (1 = replaced), `disc_logits`; with
@@ -274,6 +297,7 @@ class ElectraPretrainer(keras.Model):
             seed,
             temperature=config.temperature,
             disallow_ids=masked["masked_lm_ids"] if config.disallow_correct else None,
+            uniform=uniform,
         )
         # All slots get a sample, the 15% left visible too; duplicate positions get the
         # floor-average of their samples, as the original.
@@ -359,11 +383,11 @@ class ElectraPretrainer(keras.Model):
             gradients = self._accumulated_gradients(inputs, variables, steps)
         optimizer.apply_gradients(zip(gradients, variables, strict=True))
 
-    def _gradients(self, inputs, variables, denominators=None):
+    def _gradients(self, inputs, variables, denominators=None, draws=None):
         optimizer = self.optimizer
         scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
-            outputs = self._forward(inputs, training=True, denominators=denominators)
+            outputs = self._forward(inputs, True, denominators=denominators, draws=draws)
             loss = outputs["loss"]
             if scaling:
                 loss = optimizer.get_scaled_loss(loss)
@@ -405,11 +429,22 @@ class ElectraPretrainer(keras.Model):
 
     def _parallel_gradients(self, inputs, variables, parts):
         denominators = self._whole_batch_denominators(inputs, parts)
+        # The masking and the sampler's noise are drawn once for the whole batch and sliced:
+        # the corrupted batch, and so the update, are the one-pass step's from the same state
+        # of `self.rng` (dropout aside, which each part draws itself).
+        draws = self._draw(inputs, with_uniform=True)
         size = tf.shape(inputs["input_ids"])[0] // parts
         sums = None
         for index in range(parts):
-            part = {key: value[index * size : (index + 1) * size] for key, value in inputs.items()}
-            gradients, outputs = self._gradients(part, variables, denominators)
+            rows = slice(index * size, (index + 1) * size)
+            part = {key: value[rows] for key, value in inputs.items()}
+            part_draws = {
+                "masked": {key: value[rows] for key, value in draws["masked"].items()},
+                "sample_seed": draws["sample_seed"],
+            }
+            if "uniform" in draws:
+                part_draws["uniform"] = draws["uniform"][rows]
+            gradients, outputs = self._gradients(part, variables, denominators, part_draws)
             # Each part's loss is its share of the batch loss: scale so the Mean is the total.
             self._update_metrics(outputs, part, parts=parts)
             # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.

@@ -64,11 +64,19 @@ def scatter_update(
     return tf.where(select, averaged, sequence), updated_mask
 
 
+def gumbel_uniform(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """The uniform draws [batch, num_masked, vocab] that `gumbel_sample` turns into Gumbel noise
+    for logits of `shape` and `seed`: drawn for a whole batch and sliced, they give each part of
+    it the numbers a one-pass draw gives it."""
+    return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
+
+
 def gumbel_sample(
     logits: tf.Tensor,
-    seed: tf.Tensor,
+    seed: tf.Tensor | None,
     temperature: float = 1.0,
     disallow_ids: tf.Tensor | None = None,
+    uniform: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Samples token ids from softmax(logits / temperature) with the Gumbel-max trick.
 
@@ -80,9 +88,10 @@ def gumbel_sample(
 
     Args:
         logits: float [batch, num_masked, vocab].
-        seed: int [2] seed for the stateless noise.
+        seed: int [2] seed for the stateless noise (unused where `uniform` is given).
         temperature: softmax temperature.
         disallow_ids: optional int [batch, num_masked] ids that must not be sampled.
+        uniform: optional float32 draws of logits' shape (`gumbel_uniform`), drawn before.
 
     Returns:
         int32 [batch, num_masked].
@@ -96,6 +105,7 @@ def gumbel_sample(
         indices = tf.stack([batch_index, slot_index, tf.cast(disallow_ids, tf.int32)], axis=-1)
         penalty = tf.fill(shape, tf.constant(DISALLOW_PENALTY, tf.float32))
         logits = tf.tensor_scatter_nd_sub(logits, indices, penalty)
-    uniform = tf.random.stateless_uniform(tf.shape(logits), seed, dtype=tf.float32)
+    if uniform is None:
+        uniform = gumbel_uniform(tf.shape(logits), seed)
     gumbel = -tf.math.log(-tf.math.log(uniform + 1e-9) + 1e-9)
     return tf.argmax(logits + gumbel, axis=-1, output_type=tf.int32)  # [batch, num_masked]
