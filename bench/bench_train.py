@@ -10,9 +10,11 @@ Usage:
     python bench/bench_train.py [--batch 32] [--seq 128] [--steps 6] [--rounds 2]
         [--configs default,fp32,...] [--skip-peer] [--no-extras]
 
-Rows: the project at its default precision/XLA (resolved for this machine), at float32 and
-mixed_bfloat16 with XLA on and off, and Model Garden fp32 (`parallel2`, not in the default
-list: `parallel_micro_batches` 2 with threads (1, 2)). `--baseline DIR` adds a row
+Rows: the project at its default precision/XLA, parallel micro-batches and thread pools
+(each "auto" resolved for this machine, as `python -m electra_tf.pretrain` resolves them; the
+round lines name the result), at float32 and mixed_bfloat16 with XLA on and off, and Model
+Garden fp32 (`parallel2`, not in the default list: `parallel_micro_batches` 2 with threads
+(1, 2), whatever the machine). `--baseline DIR` adds a row
 `baseline`: the default configuration with the `electra_tf` package of another checkout (e.g. a
 `git worktree` of an earlier commit), timed by this checkout's harness in the same rounds, for
 before/after figures of a change. `--batch 128 --configs default
@@ -273,9 +275,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {round_index + 1} {name:12s} FAILED: {str(e)[-500:]}", flush=True)
                 continue
             results[name].append({**result, "round": round_index})
+            # The project's resolved step layout and thread pools (0 = TensorFlow's default).
+            layout = ""
+            if "parallel_micro_batches" in result:
+                intra, inter = result["threads"]
+                layout = (
+                    f", parallel_micro_batches {result['parallel_micro_batches']}, "
+                    f"threads ({intra}, {inter})"
+                )
             print(
                 f"round {round_index + 1} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
-                f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB)",
+                f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB"
+                f"{layout})",
                 flush=True,
             )
     print(f"load average after: {os.getloadavg()}", flush=True)

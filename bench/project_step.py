@@ -69,6 +69,13 @@ def build_project_step(
     data_dir = tempfile.mkdtemp(prefix="electra-bench-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     config = pretraining_config("bench", data_dir, preset="small", hparams=hparams)
+    # The thread pools `python -m electra_tf.pretrain` sets for this config (its "auto"
+    # resolution), where the caller has set none of its own.
+    threading = tf.config.threading
+    if config.intra_op_threads and not threading.get_intra_op_parallelism_threads():
+        threading.set_intra_op_parallelism_threads(config.intra_op_threads)
+    if config.inter_op_threads and not threading.get_inter_op_parallelism_threads():
+        threading.set_inter_op_parallelism_threads(config.inter_op_threads)
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = tf.distribute.get_strategy()
@@ -83,5 +90,13 @@ def build_project_step(
         train_steps(iterator, one).numpy()
 
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    resolved = {"precision": config.precision, "jit_compile": bool(config.jit_compile)}
+    resolved = {
+        "precision": config.precision,
+        "jit_compile": bool(config.jit_compile),
+        "parallel_micro_batches": config.parallel_micro_batches,
+        "threads": [
+            threading.get_intra_op_parallelism_threads(),
+            threading.get_inter_op_parallelism_threads(),
+        ],
+    }
     return run_step, params, resolved

@@ -145,9 +145,11 @@ def check_objective_variant(config: PretrainingConfig) -> None:
             "come from a separate generator network, not from the masked LM being trained"
         )
     for field in ("gradient_accumulation_steps", "parallel_micro_batches"):
+        value = getattr(config, field)  # "auto" parallel micro-batches resolve to 1 here
         if (
             variant == "electra_15"
-            and getattr(config, field) > 1
+            and value != "auto"
+            and value > 1
             and config.mask_positions_with_replacement
         ):
             # Positions drawn with replacement repeat at random, so how many distinct
@@ -287,13 +289,17 @@ class PretrainingConfig:
     gradient_accumulation_steps: int = 1
     # k > 1: each step cuts the batch into k micro-batches that run side by side, as
     # independent ops (the accumulation's arithmetic: whole-batch denominators, summed
-    # gradients, one update), so that k inter-op threads with single-threaded kernels each run
-    # one on its own core. Ours (a CPU speed option); pair it with intra_op_threads 1 and
-    # inter_op_threads k. Not together with gradient_accumulation_steps > 1.
-    parallel_micro_batches: int = 1
+    # gradients, one update; the masking and sampling drawn once for the whole batch, so the
+    # update is the one-pass step's), so that k inter-op threads with single-threaded kernels
+    # each run one on its own core. Ours (a CPU speed option). "auto" (the default): 2 on a
+    # CPU-only machine with 2 or more cores, single-device training, an even batch and no
+    # gradient accumulation; else 1. Not together with gradient_accumulation_steps > 1.
+    parallel_micro_batches: int | str = "auto"
     # TensorFlow's thread pools for `python -m electra_tf.pretrain` (0 = TensorFlow's default).
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
+    # "auto" (the default): intra-op 1 and inter-op k where the CPU-only machine has exactly
+    # k = parallel_micro_batches cores (the setting measured, on 2 cores); else 0.
+    intra_op_threads: int | str = "auto"
+    inter_op_threads: int | str = "auto"
     # The generator's own variables (scopes generator/ and generator_predictions/; Electric's
     # generator_ltr/, generator_rtl/ and cloze_predictions/) step with learning_rate x this.
     # 1.0 is the original (one lr for both networks); the shared embeddings always take the
@@ -366,21 +372,40 @@ class PretrainingConfig:
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
         changes: dict[str, Any] = self._objective_changes()
-        for field in ("gradient_accumulation_steps", "parallel_micro_batches"):
-            k = getattr(self, field)
-            if not isinstance(k, int) or k < 1 or self.train_batch_size % k:
+        parts = self.parallel_micro_batches
+        if parts == "auto":
+            from electra_tf import device_defaults  # imports TensorFlow only when needed
+
+            parts = device_defaults.auto_parallel_micro_batches(
+                self.train_batch_size,
+                self.gradient_accumulation_steps,
+                self.distribution_strategy,
+            )
+            if self.objective_variant == "electra_15" and self.mask_positions_with_replacement:
+                parts = 1  # its loss denominator is known only after the whole batch is masked
+            changes["parallel_micro_batches"] = parts
+        for field, k in (
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps),
+            ("parallel_micro_batches", parts),
+        ):
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1 or self.train_batch_size % k:
                 raise ConfigError(
                     f"{field}: {k!r} must be a positive integer that divides "
                     f"train_batch_size {self.train_batch_size}"
                 )
-        if self.gradient_accumulation_steps > 1 and self.parallel_micro_batches > 1:
+        if self.gradient_accumulation_steps > 1 and parts > 1:
             raise ConfigError(
                 "parallel_micro_batches: > 1 with gradient_accumulation_steps > 1 is not "
                 "supported; set one of them to 1"
             )
-        for field in ("intra_op_threads", "inter_op_threads"):
-            if not isinstance(getattr(self, field), int) or getattr(self, field) < 0:
-                raise ConfigError(f"{field}: {getattr(self, field)!r} must be an integer >= 0")
+        for index, field in enumerate(("intra_op_threads", "inter_op_threads")):
+            value = getattr(self, field)
+            if value == "auto":
+                from electra_tf import device_defaults
+
+                changes[field] = device_defaults.auto_threads(parts)[index]
+            elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f'{field}: {value!r} must be an integer >= 0 or "auto"')
         changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
         if self.precision == "auto" or self.jit_compile == "auto":
             from electra_tf import device_defaults  # imports TensorFlow only when needed

@@ -35,7 +35,8 @@ def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> No
     """Imports TensorFlow and makes its first device query, keeping CPU-only noise off stderr.
 
     Non-zero thread counts set TensorFlow's intra-op / inter-op pools first (they are fixed at
-    the first device query); 0 keeps TensorFlow's default.
+    the first device query; where TensorFlow already started, a warning says they were not
+    applied); 0 keeps TensorFlow's default.
     """
     if "tensorflow" in sys.modules and getattr(start_tensorflow, "done", False):
         return
@@ -68,7 +69,23 @@ def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> No
 
 
 def _set_threads(tf, intra_op_threads: int, inter_op_threads: int) -> None:
-    if intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
-    if inter_op_threads:
-        tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+    """Sets the pools asked for; where TensorFlow already runs in this process (a caller that
+    used it before calling a CLI's `main`) they are fixed, and it says so and goes on."""
+    threading = tf.config.threading
+    for name, value, get, set_ in (
+        ("intra_op_threads", intra_op_threads, threading.get_intra_op_parallelism_threads,
+         threading.set_intra_op_parallelism_threads),
+        ("inter_op_threads", inter_op_threads, threading.get_inter_op_parallelism_threads,
+         threading.set_inter_op_parallelism_threads),
+    ):  # fmt: skip
+        if not value or get() == value:
+            continue
+        try:
+            set_(value)
+        except RuntimeError:
+            print(
+                f"warning: {name} {value} not applied: TensorFlow was already started in this "
+                "process, and its thread pools are fixed at start",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -18,6 +18,7 @@ BATCH = 8
 
 
 def _config(steps, **extra):
+    extra.setdefault("parallel_micro_batches", 1)  # the one-pass step unless a test says
     overrides = dict(
         tiny_config().model_hparam_overrides,
         hidden_dropout_prob=0.0,

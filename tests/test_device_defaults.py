@@ -58,3 +58,50 @@ def test_cpu_flags_reads_this_machine():
     assert device_defaults.cpu_has_native_bf16() == bool(
         flags & set(device_defaults.BF16_CPU_FLAGS)
     )
+
+
+@pytest.mark.parametrize(
+    "kind, cores, hparams, expected",
+    [
+        # (parallel_micro_batches, intra_op_threads, inter_op_threads) after resolution.
+        ("cpu", 2, {}, (2, 1, 2)),  # the measured case: each half on its own core
+        ("cpu", 8, {}, (2, 0, 0)),  # more cores: TensorFlow's own pools (unmeasured)
+        ("cpu", 1, {}, (1, 0, 0)),
+        ("gpu", 2, {}, (1, 0, 0)),
+        ("tpu", 2, {}, (1, 0, 0)),
+        ("cpu", 2, {"train_batch_size": 9}, (1, 0, 0)),  # an odd batch does not split
+        ("cpu", 2, {"gradient_accumulation_steps": 2}, (1, 0, 0)),
+        ("cpu", 2, {"distribution_strategy": "mirrored"}, (1, 0, 0)),
+        # electra_15 with positions drawn with replacement cannot split its loss denominator.
+        ("cpu", 2, {"objective_variant": "electra_15", "untied_generator": True}, (1, 0, 0)),
+        # Explicit values are kept; "auto" threads follow an explicit split.
+        ("cpu", 2, {"parallel_micro_batches": 1}, (1, 0, 0)),
+        ("cpu", 4, {"parallel_micro_batches": 4}, (4, 1, 4)),
+        ("cpu", 2, {"intra_op_threads": 2, "inter_op_threads": 1}, (2, 2, 1)),
+    ],
+)
+def test_auto_parallel_micro_batches_and_threads(monkeypatch, kind, cores, hparams, expected):
+    monkeypatch.setattr(device_defaults, "accelerator", lambda: (kind, None))
+    monkeypatch.setattr(device_defaults, "cpu_count", lambda: cores)
+    values = {"train_batch_size": 8, **hparams}
+    config = pretraining_config(preset="tiny", hparams=values)
+    got = (config.parallel_micro_batches, config.intra_op_threads, config.inter_op_threads)
+    assert got == expected
+    assert config.resolve() == config
+
+
+def test_thread_settings_after_tensorflow_started_warn_and_go_on():
+    # A caller that used TensorFlow before calling a CLI's main: the pools are fixed by then.
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorflow as tf; tf.constant(1.0) + 1.0; "
+        "from electra_tf.tf_startup import _set_threads; _set_threads(tf, 1, 2); "
+        "t = tf.config.threading; "
+        "print(t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "intra_op_threads 1 not applied" in done.stderr
+    assert "inter_op_threads 2 not applied" in done.stderr
