@@ -56,6 +56,16 @@ def synthetic_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.da
     return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
 
 
+def apply_config_threads(config) -> None:
+    """The thread pools `python -m electra_tf.pretrain` sets for `config` (its "auto"
+    resolution), where the caller has set none of its own; before TensorFlow starts."""
+    threading = tf.config.threading
+    if config.intra_op_threads and not threading.get_intra_op_parallelism_threads():
+        threading.set_intra_op_parallelism_threads(config.intra_op_threads)
+    if config.inter_op_threads and not threading.get_inter_op_parallelism_threads():
+        threading.set_inter_op_parallelism_threads(config.inter_op_threads)
+
+
 def build_project_step(
     batch: int, seq: int, precision: str, jit: str, extra: dict[str, Any] | None = None
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
@@ -69,13 +79,8 @@ def build_project_step(
     data_dir = tempfile.mkdtemp(prefix="electra-bench-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     config = pretraining_config("bench", data_dir, preset="small", hparams=hparams)
-    # The thread pools `python -m electra_tf.pretrain` sets for this config (its "auto"
-    # resolution), where the caller has set none of its own.
+    apply_config_threads(config)
     threading = tf.config.threading
-    if config.intra_op_threads and not threading.get_intra_op_parallelism_threads():
-        threading.set_intra_op_parallelism_threads(config.intra_op_threads)
-    if config.inter_op_threads and not threading.get_inter_op_parallelism_threads():
-        threading.set_inter_op_parallelism_threads(config.inter_op_threads)
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = tf.distribute.get_strategy()

@@ -21,7 +21,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from project_step import synthetic_batches, write_bench_vocab  # noqa: E402
+from project_step import apply_config_threads, synthetic_batches, write_bench_vocab  # noqa: E402
 
 from electra_tf.config import pretraining_config  # noqa: E402
 from electra_tf.pretraining import loop  # noqa: E402
@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     steps = int(argv[1]) if len(argv) > 1 else 20
     data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
     config = pretraining_config("speed", data_dir, hparams=hparams)
+    apply_config_threads(config)  # as the pre-training command would
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     model = loop.build_model(config)
@@ -48,7 +49,11 @@ def main(argv: list[str]) -> int:
     tokens = config.train_batch_size * config.max_seq_length / seconds
     print(
         f"{tokens:,.0f} tokens/s, {seconds * 1000:.0f} ms/step ({config.precision}, "
-        f"XLA {bool(config.jit_compile)}, load average {os.getloadavg()[0]:.2f})"
+        f"XLA {bool(config.jit_compile)}, parallel_micro_batches "
+        f"{getattr(config, 'parallel_micro_batches', 1)}, threads "
+        f"({tf.config.threading.get_intra_op_parallelism_threads()}, "
+        f"{tf.config.threading.get_inter_op_parallelism_threads()}), "
+        f"load average {os.getloadavg()[0]:.2f})"
     )
     return 0
 
