@@ -2,13 +2,17 @@
 (issue #16): the Keras layer / activation with automatic differentiation, the project's
 training forms with hand-written gradients (`electra_tf/modeling/utils.py`), and each compiled
 with XLA on its own. Prints ms per call and the largest difference from the Keras form. Then
+the generator's vocabulary-wide work at the masked slots (`--slots` rows of `--per-seq` per
+sequence): its logits as the einsum and as the MatMul + BiasAdd the head now uses, and its
+cross-entropy as TensorFlow's sparse kernel and as `losses.masked_lm_losses` (one softmax and
+a written-out gradient). Then
 one optimizer update (`AdamWeightDecay.apply_gradients`, clipping and weight decay included)
 of ELECTRA-Small's variables (`--layers` discriminator layers of `--hidden`/`--ffn`, a generator
 a quarter as wide, a `--vocab` x `--embedding` table), written out op by op and as one ApplyAdam
 kernel per variable (`fused`), with the largest difference of the updated weights.
 
     python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
-        [--vocab 30522] [--embedding 128] [--calls 30] [--rounds 2]
+        [--vocab 30522] [--embedding 128] [--slots 608] [--per-seq 19] [--calls 30] [--rounds 2]
 
 A micro-benchmark for choosing a form, not a speed figure of the step (that is `make bench`);
 run it alone on the machine.
@@ -28,6 +32,7 @@ import tf_keras as keras
 
 from electra_tf.modeling.utils import _gelu_train, _layer_norm_train, layer_norm
 from electra_tf.optimization import AdamWeightDecay
+from electra_tf.pretraining.losses import masked_lm_losses
 
 
 def layer_norm_forms(width: int) -> tuple[keras.layers.Layer, dict[str, Callable]]:
@@ -60,9 +65,40 @@ def gelu_forms() -> dict[str, Callable]:
     }
 
 
+def vocabulary_forms(vocab: int, embedding: int) -> tuple[list, dict, dict]:
+    """The tied table and output bias, the two logits forms and the two cross-entropy forms."""
+    rng = np.random.default_rng(4)
+    table = tf.Variable(rng.normal(0.0, 0.02, (vocab, embedding)).astype(np.float32))
+    bias = tf.Variable(rng.normal(0.0, 0.02, vocab).astype(np.float32))
+
+    def einsum(h):  # the head before 2026-11-27
+        return tf.einsum("bne,ve->bnv", h, table) + bias
+
+    def matmul(h):  # the head now
+        rows = tf.reshape(h, [-1, embedding])
+        logits = tf.nn.bias_add(tf.matmul(rows, table, transpose_b=True), bias)
+        return tf.reshape(logits, tf.concat([tf.shape(h)[:-1], [vocab]], axis=0))
+
+    targets = tf.constant(rng.integers(0, vocab, 1 << 16), tf.int32)
+
+    def target_ids(logits):
+        return tf.reshape(targets[: tf.reduce_prod(tf.shape(logits)[:-1])], tf.shape(logits)[:-1])
+
+    def sparse(logits):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(target_ids(logits), logits)
+
+    logits_forms = {"einsum": einsum, "MatMul + BiasAdd": matmul}
+    loss_forms = {
+        "sparse cross-entropy": sparse,
+        "softmax, written gradient": lambda z: masked_lm_losses(z, target_ids(z)),
+    }
+    return [table, bias], logits_forms, loss_forms
+
+
 def time_form(f: Callable, x: tf.Tensor, variables: list, calls: int) -> tuple[float, list]:
     """ms per forward + backward call, and [y, dx, d(variables)...]."""
-    dy = tf.constant(np.random.default_rng(2).normal(size=x.shape), tf.float32)
+    shape = f(x).shape
+    dy = tf.constant(np.random.default_rng(2).normal(size=shape), tf.float32)
 
     @tf.function
     def step(x):
@@ -93,8 +129,10 @@ def print_row(name: str, ms: float, out: list, reference: list | None) -> list:
     return reference
 
 
-def compare(title: str, forms: dict[str, Callable], x: tf.Tensor, variables: list, calls: int):
-    print(f"{title}: forward + backward, ms per call; largest difference from the Keras form")
+def compare(
+    title: str, forms: dict[str, Callable], x: tf.Tensor, variables: list, calls: int, first="Keras"
+):
+    print(f"{title}: forward + backward, ms per call; largest difference from the {first} form")
     reference = None
     for name, f in forms.items():
         ms, out = time_form(f, x, variables, calls)
@@ -152,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=12, help="encoder layers (Adam)")
     parser.add_argument("--vocab", type=int, default=30522, help="embedding rows (Adam)")
     parser.add_argument("--embedding", type=int, default=128, help="embedding width (Adam)")
+    parser.add_argument("--slots", type=int, default=608, help="masked slots (batch x N)")
+    parser.add_argument("--per-seq", type=int, default=19, help="masked slots per sequence")
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
@@ -170,6 +210,14 @@ def main(argv: list[str] | None = None) -> int:
             args.calls,
         )
         compare(f"GELU [{args.rows}, {args.ffn}]", gelu_forms(), h, [], args.calls)
+        seqs = args.slots // args.per_seq
+        slots = tf.constant(rng.normal(0.0, 1.0, (seqs, args.per_seq, args.embedding)), tf.float32)
+        head, logits_forms, loss_forms = vocabulary_forms(args.vocab, args.embedding)
+        title = f"Vocabulary logits [{seqs}, {args.per_seq}, {args.embedding}] x table"
+        compare(title, logits_forms, slots, head, args.calls, first="einsum")
+        z = tf.constant(rng.normal(0.0, 3.0, (seqs, args.per_seq, args.vocab)), tf.float32)
+        title = f"Generator cross-entropy [{seqs}, {args.per_seq}, {args.vocab}]"
+        compare(title, loss_forms, z, [], args.calls, first="sparse kernel")
         shapes = small_shapes(args.hidden, args.ffn, args.layers, args.vocab, args.embedding)
         compare_adam(shapes, args.calls)
     print(f"load average {os.getloadavg()[0]:.2f}")
