@@ -118,7 +118,7 @@ CATEGORIES: dict[str, str] = {
     "vocab_softmax": "generator vocabulary softmax, cross-entropy, sampling (other V-wide ops)",
     "attention_softmax": "attention softmax (score mask add, softmax, its gradient)",
     "layer_norm": "layer norm (moments, normalise, gradients)",
-    "gelu": "GELU (Erfc and the elementwise ops around it, gradients)",
+    "gelu": "GELU (Erf or Erfc and the elementwise ops around it, gradients)",
     "bias_add": "bias add (BiasAdd, BiasAddGrad: not fused into the matmul)",
     "dropout_rng": "dropout random numbers",
     "dropout_apply": "dropout mask and scale (GreaterEqual, SelectV2, Mul)",
