@@ -54,6 +54,21 @@ def _train(steps, batches, initial_weights=None, **extra):
     return weights, logs, final, change
 
 
+def _assert_same_training(logs, expected_logs, final, expected_final, electric):
+    """The same logged metrics at every step and the same final weights as the reference."""
+    names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
+    for name in names + (["cloze_loss"] if electric else []):
+        np.testing.assert_allclose(
+            [log[name] for log in logs],
+            [log[name] for log in expected_logs],
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
+        )
+    for a, b in zip(expected_final, final, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-6)
+
+
 @pytest.mark.parametrize(
     "split",
     [{"steps": 4}, {"steps": 1, "parallel_micro_batches": 4}],
@@ -71,19 +86,9 @@ def test_micro_batches_give_the_full_batch_update(electric, split):
         split = dict(split)
         _, accumulated, accumulated_final, _ = _train(split.pop("steps"), batches, weights,
                                                       **split, **extra)  # fmt: skip
-    names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
-    for name in names + (["cloze_loss"] if electric else []):
-        np.testing.assert_allclose(
-            [log[name] for log in accumulated],
-            [log[name] for log in whole],
-            rtol=1e-5,
-            atol=1e-6,
-            err_msg=name,
-        )
     assert whole[0]["loss"] != whole[-1]["loss"], "training did not change the loss"
     assert change > 1e-4
-    for a, b in zip(whole_final, accumulated_final, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-6)
+    _assert_same_training(accumulated, whole, accumulated_final, whole_final, electric)
 
 
 @pytest.mark.parametrize("parts", [2, 4])
@@ -99,18 +104,8 @@ def test_parallel_micro_batches_draw_what_the_one_pass_step_draws(electric, part
     _, parallel, parallel_final, _ = _train(
         1, batches, weights, parallel_micro_batches=parts, **extra
     )
-    names = ["loss", "masked_lm_loss", "disc_loss", "masked_lm_accuracy", "disc_accuracy"]
-    for name in names + (["cloze_loss"] if electric else []):
-        np.testing.assert_allclose(
-            [log[name] for log in parallel],
-            [log[name] for log in whole],
-            rtol=1e-5,
-            atol=1e-6,
-            err_msg=name,
-        )
     assert change > 1e-4
-    for a, b in zip(whole_final, parallel_final, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-6)
+    _assert_same_training(parallel, whole, parallel_final, whole_final, electric)
 
 
 def test_accumulation_steps_must_divide_the_batch():
