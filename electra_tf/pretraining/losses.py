@@ -43,7 +43,8 @@ def _row_cross_entropy(logits: tf.Tensor, target_ids: tf.Tensor):
 
     The same numbers as `tf.nn.sparse_softmax_cross_entropy_with_logits` (and the original's
     -sum(log_softmax * one_hot)), computed around one softmax, which oneDNN runs in one pass
-    where the sparse cross-entropy kernel takes 2.7 times as long (issue #16; bench/README.md):
+    where the sparse cross-entropy kernel takes twice as long and more (issue #16;
+    `bench/fusion_micro.py`):
     log-sum-exp = max - log(max softmax), the largest probability being at least 1 / V, so
     its log never underflows; the gradient is softmax - one_hot(target), from the same
     softmax.

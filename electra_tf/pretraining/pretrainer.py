@@ -95,7 +95,7 @@ class ElectraPretrainer(keras.Model):
         kwargs.setdefault("name", "electra_pretrainer")
         kwargs.setdefault("dtype", config.precision)
         super().__init__(**kwargs)
-        if config.max_predictions_per_seq is None:
+        if config.max_predictions_per_seq is None or config.parallel_micro_batches == "auto":
             config = config.resolve()
         self.config = config
         self.special_ids = {"cls_id": cls_id, "sep_id": sep_id, "mask_id": mask_id}
