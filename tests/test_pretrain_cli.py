@@ -53,6 +53,11 @@ def test_first_run_writes_config_checkpoints_and_tensorboard(trained):
     assert "vocab_size: using 64" in out
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-6")
     assert os.path.exists(str(model_dir / "ckpt-2.index"))
+    # The CPU announcement names the step's layout ("auto" resolves it) and the thread pools.
+    announce = [x for x in out.splitlines() if x.startswith("Training steps")][0]
+    split = saved["parallel_micro_batches"] > 1
+    assert (f"{saved['parallel_micro_batches']} micro-batches side by side" in announce) == split
+    assert "TensorFlow threads intra-op" in announce, announce
     # The console line: step/total, the metrics, throughput in real tokens, elapsed, ETA.
     line = [x for x in out.splitlines() if x.startswith("step 4/4")][0]
     for part in ("loss ", "masked_lm_accuracy ", "disc_auc ", "steps/s", "tok/s", "ETA"):

@@ -451,10 +451,19 @@ def _run_steps(
         raise InputDataError(f"{locate_corrupt_record(files) or e.message}; {saved}") from None
 
 
-def _announce_cpu_run(step: int, total: int, log_every: int, stream: TextIO) -> None:
+def _announce_cpu_run(
+    step: int, total: int, log_every: int, stream: TextIO, parts: int = 1
+) -> None:
+    threading = tf.config.threading
+    pools = (
+        f"TensorFlow threads intra-op {threading.get_intra_op_parallelism_threads()} / "
+        f"inter-op {threading.get_inter_op_parallelism_threads()} (0 = its default)"
+    )
+    layout = f"the batch as {parts} micro-batches side by side, " if parts > 1 else ""
     print(
-        f"Training steps {step}..{total} on CPU: the first step builds the graph (up to a "
-        f"minute); then a line every {log_every} steps, and a progress line at least every "
+        f"Training steps {step}..{total} on CPU ({layout}{pools}): the first step builds the "
+        f"graph (up to a minute); then a line every {log_every} steps, and a progress line at "
+        f"least every "
         f"{HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
         file=stream,
         flush=True,
@@ -486,7 +495,7 @@ def _train(
     )
     limit = steps_per_call_limit(config)
     if limit is not None and is_chief:
-        _announce_cpu_run(step, total, log_every, stream)
+        _announce_cpu_run(step, total, log_every, stream, config.parallel_micro_batches)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     result = TrainResult(step)
     tokens, saved_step = 0, step
