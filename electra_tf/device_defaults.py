@@ -19,10 +19,51 @@ The choices come from `make bench` measurements (README section "Speed"):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+# Lines that, without an NVIDIA driver, only say that no GPU will be used.
+CPU_ONLY_NOISE = re.compile(
+    r"failed call to cuInit|Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) "
+    r"factory|computation placer already registered|TF-TRT Warning|cuda_executor|"
+    r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate"
+)
+
+
+def has_nvidia_driver() -> bool:
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+
+
+@contextlib.contextmanager
+def cpu_only_noise_filtered() -> Iterator[None]:
+    """Around TensorFlow's import and first device queries: on a machine without an NVIDIA
+    driver, file descriptor 2 is captured, and the captured lines are written back except the
+    ones in CPU_ONLY_NOISE. Where a driver exists nothing is filtered."""
+    if has_nvidia_driver():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
+                if not CPU_ONLY_NOISE.search(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,13 +92,17 @@ def accelerator() -> tuple[str, tuple[int, int] | None]:
     forced = os.environ.get("ELECTRA_ACCELERATOR", "").lower()
     if forced in ("tpu", "cpu"):
         return forced, None
-    import tensorflow as tf  # only here: config.py stays importable without TensorFlow
+    # Often the process's first device query (config resolution comes before the CLIs'
+    # start_tensorflow): without a GPU driver, TensorFlow's CUDA probe logs an ERROR line here.
+    with cpu_only_noise_filtered():
+        import tensorflow as tf  # only here: config.py stays importable without TensorFlow
 
-    # Physical devices only: listing logical ones would initialise the runtime, after which
-    # logical-device splits and MultiWorkerMirroredStrategy can no longer be set up.
-    if tf.config.list_physical_devices("TPU"):
+        # Physical devices only: listing logical ones would initialise the runtime, after which
+        # logical-device splits and MultiWorkerMirroredStrategy can no longer be set up.
+        tpus = tf.config.list_physical_devices("TPU")
+        gpus = tf.config.list_physical_devices("GPU")
+    if tpus:
         return "tpu", None
-    gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         return "gpu", details.get("compute_capability")

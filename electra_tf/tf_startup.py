@@ -5,7 +5,9 @@ ERROR line (`failed call to cuInit: ... CUDA error`) at its first device query: 
 screen a new user saw. `TF_CPP_MIN_LOG_LEVEL=3` would hide it, and every real error with it.
 Instead, on such machines the first device query runs with file descriptor 2 captured, and
 the captured lines are written back except the few known to mean only "there is no GPU here".
-Where a driver exists nothing is filtered: there a CUDA error is a real one.
+Where a driver exists nothing is filtered: there a CUDA error is a real one. The filter is
+`device_defaults.cpu_only_noise_filtered`, which config resolution's device query (often the
+first) uses too.
 
 CLIs call `start_tensorflow()` after parsing their arguments (`--help` imports no TensorFlow).
 """
@@ -13,22 +15,12 @@ CLIs call `start_tensorflow()` after parsing their arguments (`--help` imports n
 from __future__ import annotations
 
 import os
-import re
 import sys
-import tempfile
+
+# The filter lives with the device queries (core: config resolution uses it too).
+from electra_tf.device_defaults import cpu_only_noise_filtered
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # INFO and WARNING; ERRORs still show
-
-# Lines that, without an NVIDIA driver, only say that no GPU will be used.
-CPU_ONLY_NOISE = re.compile(
-    r"failed call to cuInit|Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) "
-    r"factory|computation placer already registered|TF-TRT Warning|cuda_executor|"
-    r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate"
-)
-
-
-def has_nvidia_driver() -> bool:
-    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
 
 
 def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
@@ -40,31 +32,11 @@ def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> No
     """
     if "tensorflow" in sys.modules and getattr(start_tensorflow, "done", False):
         return
-    if has_nvidia_driver():
+    with cpu_only_noise_filtered():
         import tensorflow as tf
 
         _set_threads(tf, intra_op_threads, inter_op_threads)
         tf.config.list_logical_devices()
-        start_tensorflow.done = True  # type: ignore[attr-defined]
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
-
-            _set_threads(tf, intra_op_threads, inter_op_threads)
-            tf.config.list_logical_devices()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
-                if not CPU_ONLY_NOISE.search(line):
-                    sys.stderr.write(line)
-            sys.stderr.flush()
     start_tensorflow.done = True  # type: ignore[attr-defined]
 
 

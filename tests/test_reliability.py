@@ -551,7 +551,7 @@ def test_convert_lists_the_formats_checkpoints_has():
 
 
 def test_cpu_start_up_prints_no_cuda_error():
-    from electra_tf.tf_startup import has_nvidia_driver
+    from electra_tf.device_defaults import has_nvidia_driver
 
     if has_nvidia_driver():
         pytest.skip("a machine with an NVIDIA driver: its CUDA messages are real")
@@ -560,8 +560,12 @@ def test_cpu_start_up_prints_no_cuda_error():
         for k, v in cli_env().items()
         if k not in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES")
     }
+    # The CLIs resolve their config first: its "auto" fields ask which devices exist, which is
+    # the process's first device query, before start_tensorflow.
     code = (
-        "import sys\nfrom electra_tf.tf_startup import start_tensorflow\nstart_tensorflow()\n"
+        "import sys\nfrom electra_tf.config import pretraining_config\n"
+        "pretraining_config(preset='tiny')\n"
+        "from electra_tf.tf_startup import start_tensorflow\nstart_tensorflow()\n"
         "sys.stderr.write('a real error still shows\\n')\n"
     )
     result = subprocess.run(
