@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from electra_tf import device_defaults  # its "auto" answers import TensorFlow only when asked
 from electra_tf.atomic_io import write_json
 
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -374,8 +375,6 @@ class PretrainingConfig:
         changes: dict[str, Any] = self._objective_changes()
         parts = self.parallel_micro_batches
         if parts == "auto":
-            from electra_tf import device_defaults  # imports TensorFlow only when needed
-
             parts = device_defaults.auto_parallel_micro_batches(
                 self.train_batch_size,
                 self.gradient_accumulation_steps,
@@ -398,18 +397,18 @@ class PretrainingConfig:
                 "parallel_micro_batches: > 1 with gradient_accumulation_steps > 1 is not "
                 "supported; set one of them to 1"
             )
-        for index, field in enumerate(("intra_op_threads", "inter_op_threads")):
-            value = getattr(self, field)
+        threads = (self.intra_op_threads, self.inter_op_threads)
+        # One resolution for both pools (it asks which devices exist).
+        auto = device_defaults.auto_threads(parts) if "auto" in threads else (0, 0)
+        for field, value, resolved in zip(
+            ("intra_op_threads", "inter_op_threads"), threads, auto, strict=True
+        ):
             if value == "auto":
-                from electra_tf import device_defaults
-
-                changes[field] = device_defaults.auto_threads(parts)[index]
+                changes[field] = resolved
             elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f'{field}: {value!r} must be an integer >= 0 or "auto"')
         changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
         if self.precision == "auto" or self.jit_compile == "auto":
-            from electra_tf import device_defaults  # imports TensorFlow only when needed
-
             if self.precision == "auto":
                 changes["precision"] = device_defaults.auto_precision()
             if self.jit_compile == "auto":

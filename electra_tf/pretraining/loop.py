@@ -463,8 +463,7 @@ def _announce_cpu_run(
     print(
         f"Training steps {step}..{total} on CPU ({layout}{pools}): the first step builds the "
         f"graph (up to a minute); then a line every {log_every} steps, and a progress line at "
-        f"least every "
-        f"{HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
+        f"least every {HEARTBEAT_SECONDS:.0f} s. Ctrl-C saves and stops after the current step.",
         file=stream,
         flush=True,
     )
