@@ -9,10 +9,14 @@ a written-out gradient). Then
 one optimizer update (`AdamWeightDecay.apply_gradients`, clipping and weight decay included)
 of ELECTRA-Small's variables (`--layers` discriminator layers of `--hidden`/`--ffn`, a generator
 a quarter as wide, a `--vocab` x `--embedding` table), written out op by op and as one ApplyAdam
-kernel per variable (`fused`), with the largest difference of the updated weights.
+kernel per variable (`fused`), with the largest difference of the updated weights. Last,
+dropout at rate 0.1 on the attention probabilities of half the batch and on `--rows` / 2 rows
+of the hidden width (the step's two halves), as Keras draws it (a float32 uniform per element)
+and as `electra_tf.modeling.dropout` does (24 bits per element), with the kept fraction.
 
     python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
         [--vocab 30522] [--embedding 128] [--slots 608] [--per-seq 19] [--calls 30] [--rounds 2]
+        [--intra 0]
 
 A micro-benchmark for choosing a form, not a speed figure of the step (that is `make bench`);
 run it alone on the machine.
@@ -30,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import _gelu_train, _layer_norm_train, layer_norm
 from electra_tf.optimization import AdamWeightDecay
 from electra_tf.pretraining.losses import masked_lm_losses
@@ -182,6 +187,17 @@ def compare_adam(shapes: list, calls: int) -> None:
         reference = print_row(label, ms, after, reference)
 
 
+def compare_dropout(shapes: list, calls: int) -> None:
+    print("Dropout 0.1: forward + backward, ms per call; fraction kept")
+    rng = np.random.default_rng(4)
+    for shape in shapes:
+        x = tf.constant(rng.normal(size=shape), tf.float32)
+        for label, layer in (("Keras", keras.layers.Dropout(0.1)), ("24-bit masks", Dropout(0.1))):
+            ms, out = time_form(lambda x, layer=layer: layer(x, training=True), x, [], calls)
+            kept = float(np.mean(out[0] != 0))
+            print(f"  {label + ' ' + str(list(shape)):36s} {ms:8.2f} ms   {kept:.4f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4096, help="batch x sequence length")
@@ -194,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-seq", type=int, default=19, help="masked slots per sequence")
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--intra", type=int, default=0, help="intra-op threads (0: TF default; 1: the step's)"
+    )
     args = parser.parse_args(argv)
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     rng = np.random.default_rng(0)
     # Rows with a mean away from 0, as the residual sums a post-LN block normalises.
     x = tf.constant(rng.normal(0.3, 2.0, size=(args.rows, args.hidden)), tf.float32)
@@ -220,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
         compare(title, loss_forms, z, [], args.calls, first="sparse kernel")
         shapes = small_shapes(args.hidden, args.ffn, args.layers, args.vocab, args.embedding)
         compare_adam(shapes, args.calls)
-    print(f"load average {os.getloadavg()[0]:.2f}")
+        heads = max(args.hidden // 64, 1)
+        half = args.rows // 2
+        seq = 128
+        compare_dropout([(half // seq, heads, seq, seq), (half, args.hidden)], args.calls)
+    intra = tf.config.threading.get_intra_op_parallelism_threads()
+    print(f"intra-op threads {intra or 'TF default'}, load average {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -321,13 +321,13 @@ def test_parameter_counts_equal_the_released_checkpoints(
 
 
 def test_dropout_placement_matches_numpy_reference(monkeypatch):
-    # Dropout ON, with the same masks on both sides: every keras Dropout call draws its mask
+    # Dropout ON, with the same masks on both sides: every Dropout call draws its mask
     # from a NumPy generator seeded by the call's index, and the reference draws the same
     # masks at the original's dropout sites, in the original's order. A dropout moved, added,
     # dropped or given the other rate changes the output.
     import dataclasses
 
-    import tf_keras as keras
+    from electra_tf.modeling.dropout import Dropout
 
     config = dataclasses.replace(TINY, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.2)
     rates = {"hidden": 0.3, "attention": 0.2}
@@ -345,7 +345,7 @@ def test_dropout_placement_matches_numpy_reference(monkeypatch):
         m = mask(len(calls), inputs.shape.as_list(), self.rate)
         return inputs * tf.constant(m, inputs.dtype)
 
-    monkeypatch.setattr(keras.layers.Dropout, "call", fake_dropout)
+    monkeypatch.setattr(Dropout, "call", fake_dropout)
     encoder = TransformerEncoder(config)
     ref.perturb(encoder.variable_map().values())
     inputs = random_inputs()

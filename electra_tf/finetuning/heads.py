@@ -11,6 +11,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.modeling.dropout import Dropout
+
 
 def _dense(units: int, name: str, activation=None) -> keras.layers.Dense:
     return keras.layers.Dense(
@@ -90,7 +92,7 @@ class ClassificationHead(_Head):
             raise ValueError(f"pooling: {pooling!r} is not one of {list(POOLINGS)}")
         self.num_labels = num_labels
         self.pooling = pooling
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.dense = self._add(_dense(num_labels, "dense"))
 
     def logits(self, cls_output: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -118,7 +120,7 @@ class RegressionHead(_Head):
 
     def __init__(self, task_name: str, dropout_rate: float = 0.1, **kwargs):
         super().__init__(task_name, **kwargs)
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.dense = self._add(_dense(1, "dense"))
 
     def call(self, encoder_outputs, features, training=False):

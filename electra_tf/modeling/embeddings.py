@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import tensorflow as tf
-import tf_keras as keras
 
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
     apply_layer_norm,
@@ -42,7 +42,7 @@ class Embeddings(ConfiguredLayer):
         self.config = config
         # Sublayers follow this layer's dtype policy (tf_keras does not propagate it).
         self.layer_norm = layer_norm(dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         if self.built:

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
     apply_activation,
@@ -78,12 +79,10 @@ class TransformerLayer(ConfiguredLayer):
         self.intermediate = dense(config.intermediate_size, "intermediate")
         self.output_dense = dense(hidden, "output_dense")
         self.output_layer_norm = layer_norm("output_layer_norm", self.dtype_policy)
-        self.attention_dropout = keras.layers.Dropout(
+        self.attention_dropout = Dropout(
             config.attention_probs_dropout_prob, dtype=self.dtype_policy
         )
-        self.hidden_dropout = keras.layers.Dropout(
-            config.hidden_dropout_prob, dtype=self.dtype_policy
-        )
+        self.hidden_dropout = Dropout(config.hidden_dropout_prob, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         if self.built:

@@ -1,0 +1,100 @@
+"""The project's Dropout: the original's keep probability from 24 random bits per element."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.modeling.dropout import Dropout, keep_from_bits, keep_mask, keep_thresholds
+
+RATES = [0.1, 0.2, 0.3, 0.05, 0.5, 0.9, 1e-9, 0.123456789, 1.0 - 2.0**-23]
+
+
+def _first_kept_mantissa(rate: float) -> int:
+    """The independent reference: the smallest 23-bit m whose float32 uniform, built as
+    TensorFlow's Philox kernel builds it (bits 0x3F800000 | m read as a float, minus 1), is >=
+    the float32 rate; tf.nn.dropout keeps exactly those."""
+    m = np.arange(2**23, dtype=np.uint32)
+    u = (np.uint32(0x3F800000) | m).view(np.float32) - np.float32(1.0)
+    kept = u >= np.float32(rate)
+    return int(np.argmax(kept)) if kept.any() else 2**23
+
+
+@pytest.mark.parametrize("rate", RATES)
+def test_keep_rule_is_the_float_uniforms_over_all_24_bit_draws(rate):
+    first = _first_kept_mantissa(rate)
+    thresholds = keep_thresholds(rate)
+    high_bits = np.repeat(np.arange(2**16, dtype=np.uint16), 2**8)  # every (h, b) pair once
+    low_bits = np.tile(np.arange(2**8, dtype=np.uint8), 2**16)
+    keep = keep_from_bits(
+        tf.constant(high_bits), None if thresholds[1] == 0 else tf.constant(low_bits), thresholds
+    ).numpy()
+    value = high_bits.astype(np.int64) * 256 + low_bits  # v, uniform on 24 bits
+    # Kept exactly where v >= 2 * first: the same probability as the 23-bit rule.
+    np.testing.assert_array_equal(keep, value >= 2 * first)
+    assert keep.sum() == 2 * (2**23 - first)
+
+
+def test_a_rate_that_keeps_nothing_has_no_thresholds():
+    assert keep_thresholds(np.nextafter(np.float32(1), np.float32(0))) is None
+    with pytest.raises(ValueError, match="keeps nothing"):
+        keep_mask(tf.constant([4]), 1.0, tf.constant([1, 2]))
+
+
+def test_masks_keep_at_the_rate_with_independent_neighbours():
+    keep = keep_mask(tf.constant([1000, 1000]), 0.1, tf.constant([3, 4])).numpy().ravel()
+    n = keep.size
+    # 5 standard deviations of the binomial proportion.
+    assert abs(keep.mean() - 0.9) < 5 * np.sqrt(0.09 / n)
+    # Elements 2i and 2i + 1 share a 32-bit word (its two halves); i and i + 1 in general.
+    for first, second in ((keep[0::2], keep[1::2]), (keep[:-1], keep[1:])):
+        both = np.mean(first & second)
+        assert abs(both - 0.81) < 5 * np.sqrt(0.81 * 0.19 / first.size)
+
+
+def test_layer_output_and_gradient_use_one_mask_and_the_scale_of_tf_nn_dropout():
+    layer = Dropout(0.1)
+    x = tf.random.stateless_normal([64, 32, 16], [5, 6])
+    weights = tf.random.stateless_normal([64, 32, 16], [7, 8])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(y * weights)
+    grad = tape.gradient(loss, x).numpy()
+    y = y.numpy()
+    kept = y != 0
+    scale = np.float32(1.0 / (1.0 - 0.1))
+    assert 0.85 < kept.mean() < 0.95
+    np.testing.assert_array_equal(y[kept], x.numpy()[kept] * scale)
+    np.testing.assert_array_equal(grad, np.where(kept, weights.numpy() * scale, 0.0))
+
+
+def test_masks_follow_the_global_seed_and_differ_between_calls():
+    x = tf.ones([8, 128])
+
+    def run():
+        keras.utils.set_random_seed(1234)
+        layer = Dropout(0.3)
+
+        @tf.function
+        def twice(x):
+            return layer(x, training=True), layer(x, training=True)
+
+        return [t.numpy() for t in twice(x)]
+
+    first, second = run()
+    again = run()
+    np.testing.assert_array_equal(first, again[0])
+    np.testing.assert_array_equal(second, again[1])
+    assert not np.array_equal(first, second)
+
+
+def test_inference_rate_zero_and_other_dtypes_keep_keras_behaviour():
+    x = tf.random.stateless_normal([4, 8], [1, 2])
+    np.testing.assert_array_equal(Dropout(0.5)(x, training=False).numpy(), x.numpy())
+    np.testing.assert_array_equal(Dropout(0.0)(x, training=True).numpy(), x.numpy())
+    halves = Dropout(0.5, dtype="float16")(tf.ones([4000], tf.float16), training=True)
+    assert halves.dtype == tf.float16
+    assert set(np.unique(halves.numpy())) <= {0.0, 2.0}
+    ours, theirs = Dropout(0.25, name="d").get_config(), keras.layers.Dropout(0.25, name="d")
+    assert ours == theirs.get_config()
