@@ -62,7 +62,8 @@ matches; where it does not (ops that Grappler created), the fallbacks in [] appl
     `generator_predictions/MatMul` or `cloze_predictions/MatMul` (`einsum` before 2026-11-27)
     -> logits matmul; a
     SparseSoftmaxCrossEntropyWithLogits type or scope -> vocabulary softmax.]
- 8. matrix products: MatMul, BatchMatMul*, _FusedMatMul, Einsum (any prefix, any fusion).
+ 8. matrix products: MatMul, BatchMatMul*, _FusedMatMul, Einsum (any prefix, any fusion);
+    but under a layer norm scope (rule 10's), a product is the gradient's column sums: layer norm.
  9. attention softmax: Softmax / LogSoftmax types, or any op with an input or output of
     [B, heads, L, L] (rank 4, known heads, last two dimensions equal or both unknown; the matrix
     products and dropout on the scores were taken above): the mask add on the scores and the
@@ -229,6 +230,8 @@ def categorise(
             return "vocab_matmul"
         if "SparseSoftmaxCrossEntropyWithLogits" in parts or kind.startswith("SparseSoftmaxCross"):
             return "vocab_softmax"
+    if is_matmul and any(LAYER_NORM_SCOPE.search(p) for p in parts):
+        return "layer_norm"  # the hand-written gradient's column sums
     if is_matmul:
         return "matmul"
     if SOFTMAX_TYPES.search(kind) or _attention_shaped(shapes):

@@ -128,6 +128,13 @@ GRAD = "while/body/_1/gradient_tape/while/"
             "layer_norm",
         ),
         (GRAD + "generator/embeddings/LayerNorm/batchnorm/mul/Sum", "Sum", None, "layer_norm"),
+        # The hand-written gradient's column sums are products with a row of ones.
+        (
+            BODY + "layer_norm_train_grad_3/MatMul_1",
+            "_MklMatMul",
+            [(1, B * L), (B * L, 256), (1, 256)],
+            "layer_norm",
+        ),
         ("x/ln", "_MklLayerNorm", None, "layer_norm"),
         (BODY + "discriminator/layer_0/intermediate/Gelu/Erfc", "Erfc", None, "gelu"),
         (
