@@ -4,8 +4,9 @@ The original (`tf.nn.dropout`, TF1 and TF2 alike) draws a float32 uniform u per 
 keeps it where u >= rate, scaled by 1 / (1 - rate). TensorFlow builds u from the low 23 bits m
 of one 32-bit Philox word, u = m / 2^23, so an element is kept exactly when
 m >= ceil(rate * 2^23) =: K. Random bits are most of dropout's cost on a CPU (8.5% of the
-ELECTRA-Small train step, issue #16), and only 24 of each 32 are needed to make that decision
-with the same probability: with v uniform on 24 bits, P(v >= 2K) = P(m >= K).
+CPU time of the ELECTRA-Small train step, issue #16), and only 24 of each 32 are needed to
+make that decision with the same probability: with v uniform on 24 bits, P(v >= 2K) =
+P(m >= K).
 
 `keep_mask` takes v as a 16-bit half word h and a byte b, from two stateless draws (half a
 word and a quarter of a word per element):
@@ -48,7 +49,7 @@ def keep_thresholds(rate: float) -> tuple[int, int] | None:
 
 def _bits(size: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """`size` uniform values of the unsigned `dtype` (uint16 or uint8), cut from 32-bit words."""
-    per_word = 32 // dtype.size // 8
+    per_word = 4 // dtype.size  # values per 4-byte word
     words = tf.random.stateless_uniform(
         [(size + per_word - 1) // per_word], seed, dtype=tf.uint32, minval=None, maxval=None
     )
