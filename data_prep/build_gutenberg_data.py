@@ -1,6 +1,6 @@
 """Builds the data of the shipped Gutenberg model (see electra_tf/cli/build_gutenberg_data.py).
 
-    python data_prep/build_gutenberg_data.py --books-dir ../shared/data/corpus/gutenberg-large \\
+    python data_prep/build_gutenberg_data.py --books-dir path/to/books \\
         --data-dir data/gutenberg
 """
 

@@ -1,6 +1,7 @@
 """The original's optimizer: Adam without bias correction, decoupled weight decay, its LR schedule.
 
-Reference: google-research/electra `model/optimization.py` (ORIGINAL.md 1.8). Three pieces:
+Reference: google-research/electra `model/optimization.py` (docs/faithfulness.md, section 7
+'Optimizer and schedule'). Three pieces:
 
 - `AdamWeightDecay`: BERT's `AdamWeightDecayOptimizer` as a tf_keras optimizer (new API).
   Unlike Keras' `Adam`/`AdamW` and Model Garden's `AdamWeightDecay` (both apply Adam's bias

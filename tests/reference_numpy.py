@@ -1,9 +1,10 @@
 """An independent NumPy re-derivation of ELECTRA's forward pass and losses.
 
-Written from the math in the original paper/code (ORIGINAL.md 1.7, 3.2-3.4), never by calling
-TensorFlow: weights come in as a dict of NumPy arrays keyed by the ORIGINAL checkpoint names
-(e.g. `electra/encoder/layer_0/attention/self/query/kernel`), so the same dict also checks the
-name map. Everything is float64 to make this the more accurate side of every comparison.
+Written from the math in the original paper/code (docs/faithfulness.md, sections 4-6),
+never by calling TensorFlow: weights come in as a dict of NumPy arrays keyed by the ORIGINAL
+checkpoint names (e.g. `electra/encoder/layer_0/attention/self/query/kernel`), so the same dict
+also checks the name map. Everything is float64 to make this the more accurate side of every
+comparison.
 """
 
 from __future__ import annotations

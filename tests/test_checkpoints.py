@@ -19,8 +19,8 @@ def original_shapes(
     vocab=50, emb=128, hidden=256, layers=2, gen_hidden=64, gen_layers=2, positions=64,
     generator=True, disc_head=True,
 ):  # fmt: skip
-    """Every variable of ORIGINAL.md 5.1-5.3 with its shape, written out independently of the
-    code under test."""
+    """Every variable of docs/faithfulness.md, section 9 (checkpoint variable names) with its
+    shape, written out independently of the code under test."""
     shapes = {
         "electra/embeddings/word_embeddings": [vocab, emb],
         "electra/embeddings/position_embeddings": [positions, emb],

@@ -127,7 +127,7 @@ def test_qa_head_names_and_training_loss(hidden):
         prefix + "dense_2/kernel": (2 * H, 512),
         prefix + "dense_3/kernel": (512, 1),
     }
-    # NumPy re-derivation of ORIGINAL.md 6.3.
+    # NumPy re-derivation of docs/faithfulness.md, section 10 (the QA head).
     answer_mask = f["input_mask"] * f["segment_ids"] + np.eye(L)[0]
     penalty = 1000.0 * (answer_mask - 1)
     start_logits = np_dense(head.start_dense, hidden)[..., 0] + penalty

@@ -1,9 +1,9 @@
 """Weights in and out of the three checkpoint formats: native, original (TF1) and Hugging Face.
 
 Every format is read into, or written from, one neutral form (`weights.SourceWeights`): a dict
-of NumPy arrays keyed by the ORIGINAL TF1 variable names (ORIGINAL.md section 5), which are
-also the keys of every model's `variable_map()`. So there is one name map per foreign format
-(HF: `hf`) and none for our own models.
+of NumPy arrays keyed by the ORIGINAL TF1 variable names (docs/faithfulness.md, section 9),
+which are also the keys of every model's `variable_map()`. So there is one name map per foreign
+format (HF: `hf`) and none for our own models.
 
 - native (`native`): this project's object-based `tf.train.Checkpoint(model=ElectraPretrainer)`,
   a prefix or a directory (latest checkpoint), with the resolved `config.json` beside it.

@@ -1,7 +1,7 @@
 """The Hugging Face layout of ELECTRA weights: names, configs and safetensors directories.
 
-This module is the ONE place where original TF1 names (ORIGINAL.md section 5, the keys of every
-`variable_map()`) meet Hugging Face's PyTorch state-dict names (transformers'
+This module is the ONE place where original TF1 names (docs/faithfulness.md, section 9, the
+keys of every `variable_map()`) meet Hugging Face's PyTorch state-dict names (transformers'
 `modeling_electra.py`). An export is a directory with two model folders:
 
     <dir>/discriminator/{config.json, model.safetensors}   ElectraForPreTraining

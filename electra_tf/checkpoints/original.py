@@ -26,7 +26,8 @@ from electra_tf.config import PretrainingConfig
 ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 
-# Every pre-training variable name of ORIGINAL.md 5.1-5.3, and of Electric's two-tower generator
+# Every pre-training variable name of docs/faithfulness.md, section 9 'Checkpoint variable names',
+# and of Electric's two-tower generator
 # (run_pretraining.py's `generator_ltr` / `generator_rtl` BertModels and `cloze_predictions`);
 # fine-tuning heads are `task_specific/`.
 _ENCODER_SCOPES = "(electra|generator|generator_ltr|generator_rtl)"

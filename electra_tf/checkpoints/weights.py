@@ -1,5 +1,6 @@
 """The neutral form every checkpoint format is read into: NumPy arrays keyed by the ORIGINAL
-TF1 variable names (ORIGINAL.md section 5), which are also the keys of every model's
+TF1 variable names (docs/faithfulness.md, section 9 'Checkpoint variable names'), which are
+also the keys of every model's
 `variable_map()`; and fitting that form into a model, every name and shape checked first.
 """
 

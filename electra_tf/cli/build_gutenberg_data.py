@@ -1,7 +1,7 @@
 """Builds the data of the shipped Gutenberg model: books split into train and held-out, a
 WordPiece vocabulary learned on the training books, and packed TFRecords for both splits.
 
-    python data_prep/build_gutenberg_data.py --books-dir ../shared/data/corpus/gutenberg-large \\
+    python data_prep/build_gutenberg_data.py --books-dir path/to/books \\
         --data-dir data/gutenberg
 
 Writes under --data-dir: corpus-train/ and corpus-heldout/ (symbolic links to the books; every

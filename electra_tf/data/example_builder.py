@@ -1,6 +1,7 @@
 """Packing token lines into pre-training examples, as the original `ExampleBuilder`.
 
-google-research/electra `build_pretraining_dataset.py` (after commit 1ed0852, ORIGINAL.md 4.2-4.3):
+google-research/electra `build_pretraining_dataset.py` (after its segment-split fix;
+docs/faithfulness.md, section 8 'Pre-training data'):
 lines are buffered until they hold at least `target_length` tokens, then split into segments A
 and B (10% of examples: A only), truncated (the overflow is dropped, not carried over) and framed
 as `[CLS] A [SEP] B [SEP]` + padding. The next target is `randint(5, max_length)` with

@@ -1,6 +1,7 @@
 """The pre-training input pipeline: TFRecords -> batches of int32 features.
 
-As the original's `pretrain/pretrain_data.get_input_fn` (ORIGINAL.md 1.10): when training, the
+As the original's `pretrain/pretrain_data.get_input_fn` (docs/faithfulness.md, section 8
+'Pre-training data'): when training, the
 file list is repeated and shuffled, files are read by a parallel interleave (cycle length
 min(4, files)), records are shuffled with a buffer of 100, parsed with
 `FixedLenFeature([max_seq_length], int64)`, cast to int32 and batched with `drop_remainder`.

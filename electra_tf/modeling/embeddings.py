@@ -22,7 +22,8 @@ class Embeddings(ConfiguredLayer):
 
     In ELECTRA this whole block (all three tables and the LayerNorm) is shared by the generator
     and the discriminator; pass one instance to both `TransformerEncoder`s. Its variables are
-    `electra/embeddings/*` in the original checkpoints (ORIGINAL.md 5.1).
+    `electra/embeddings/*` in the original checkpoints (docs/faithfulness.md, section 9
+    'Checkpoint variable names').
 
     Args:
         config: the encoder config; tables are `config.embedding_width` wide.

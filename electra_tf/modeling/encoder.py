@@ -170,7 +170,7 @@ class TransformerEncoder(ConfiguredLayer):
     def variable_map(
         self, scope: str = "electra", include_embeddings: bool = True
     ) -> dict[str, tf.Variable]:
-        """Original checkpoint names -> variables (ORIGINAL.md 5.1-5.3).
+        """Original checkpoint names -> variables (docs/faithfulness.md, section 9).
 
         Args:
             scope: "electra" for the discriminator, "generator" for the generator.

@@ -1,4 +1,5 @@
-"""The ELECTRA losses as batch-level weighted means (ORIGINAL.md 3.2-3.4), in float32.
+"""The ELECTRA losses as batch-level weighted means, in float32 (docs/faithfulness.md,
+sections 4 'Generator, sampling and labels' and 5 'Discriminator and losses').
 
 Each mean's denominator is summed over replicas inside the replica context, so that with N
 replicas every replica's loss is (its numerator) / (global denominator), and the SUM of

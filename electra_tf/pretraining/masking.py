@@ -1,4 +1,5 @@
-"""Dynamic in-graph masking, as the original's `pretrain_helpers.mask` (ORIGINAL.md 3.1)."""
+"""Dynamic in-graph masking, as the original's `pretrain_helpers.mask` (docs/faithfulness.md,
+section 3 'Masking')."""
 
 from __future__ import annotations
 
