@@ -26,12 +26,13 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 import tensorflow as tf
 
 from electra_tf.checkpoints.files import CONFIG_FILE, write_state_file
 from electra_tf.checkpoints.native import CHECKPOINT_PREFIX
+from electra_tf.checkpoints.recovery import checkpoint_problem, damage_error, resume_point
 from electra_tf.config import MASKED_LM_VARIANTS, ConfigError, PretrainingConfig, save_config
 
 # A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
@@ -182,14 +183,18 @@ class TrainingCheckpoints:
     def latest(self) -> str | None:
         return tf.train.latest_checkpoint(self.model_dir)
 
-    def restore_latest(self) -> str | None:
-        """Restores the newest complete checkpoint (all saved objects must match)."""
-        path = self.latest()
+    def restore_latest(self, stream: TextIO | None = None) -> str | None:
+        """Restores the newest complete checkpoint (all saved objects must match); a damaged
+        index is rebuilt first (`recovery.resume_point`, which says so on `stream`)."""
+        path = resume_point(self.model_dir, write_index=self.is_chief, stream=stream)
         if path is None:
             return None
         try:
             self.checkpoint.read(path).assert_existing_objects_matched()
-        except (AssertionError, tf.errors.OpError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - a truncated file raises IndexError, too
+            problem = checkpoint_problem(path)
+            if problem is not None:
+                raise damage_error(path, problem) from None
             raise RuntimeError(
                 f"{path}: cannot resume from this checkpoint ({type(e).__name__}: {e})"
             ) from e

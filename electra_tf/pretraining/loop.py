@@ -31,6 +31,7 @@ import tf_keras as keras
 from electra_tf.atomic_io import write_json
 from electra_tf.checkpoints.files import CONFIG_FILE
 from electra_tf.checkpoints.native import restore_weights
+from electra_tf.checkpoints.recovery import holds_checkpoints
 from electra_tf.checkpoints.training_state import (
     TrainingCheckpoints,
     check_resumable,
@@ -279,7 +280,7 @@ def check_accumulation(config: PretrainingConfig, strategy: tf.distribute.Strate
 
 def prepare_model_dir(config: PretrainingConfig, model_dir: str, is_chief: bool) -> None:
     """Refuses to resume a differently shaped model; the chief writes the run's config."""
-    resuming = tf.train.latest_checkpoint(model_dir) is not None
+    resuming = holds_checkpoints(model_dir)
     saved_config = os.path.join(model_dir, CONFIG_FILE)
     if resuming and os.path.exists(saved_config):
         check_resumable(saved_config, config)
@@ -311,7 +312,7 @@ def _resume(
 ) -> tuple[str | None, Any]:
     """Restores the latest checkpoint of the model dir, else loads `init_checkpoint` if set.
     Returns the restored prefix (None when starting fresh) and the input iterator to use."""
-    restored = checkpoints.restore_latest()
+    restored = checkpoints.restore_latest(stream)
     if restored:
         print(
             f"Resuming from {restored} (step {int(optimizer.iterations.numpy())})",
