@@ -65,24 +65,24 @@ convert: $(STAMP)
 		--output $(OUTPUT) $(CONVERT_FLAGS)
 
 bench: $(STAMP)
-	$(PY) bench/bench_train.py
+	$(PY) -m bench.bench_train
 
 bench-data: $(STAMP)
-	$(PY) bench/bench_data.py
+	$(PY) -m bench.bench_data
 
 # BASELINE=<another checkout>: its export timed in the same run (bench/README.md#serving-latency).
 bench-serve: $(STAMP)
-	$(PY) bench/bench_serve.py $(if $(BASELINE),--baseline $(BASELINE),)
+	$(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),)
 
 # Where a step's time goes (issue #16): op-level shares of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.
 profile: $(STAMP)
 	mkdir -p data
-	$(PY) bench/profile_breakdown.py --out data/profile_breakdown.json
+	$(PY) -m bench.profile_breakdown --out data/profile_breakdown.json
 
 # Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
-	$(PY) bench/reliability_replay.py
+	$(PY) -m bench.reliability_replay
 
 # Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
 # (issue #15; bench/compare_objectives.py, its docstring has the rules). MINUTES: per objective.

@@ -1,6 +1,6 @@
 """Replays issue #13's reliability cases against this build and prints one line per case.
 
-    make reliability        # = .venv/bin/python bench/reliability_replay.py
+    make reliability        # = .venv/bin/python -m bench.reliability_replay
 
 Every case is a test (tests/test_reliability.py, and the serving cases of
 tests/test_export_models.py) that records what it expected and what it got before it asserts;
