@@ -85,19 +85,21 @@ reliability: $(STAMP)
 	$(PY) -m bench.reliability_replay
 
 # Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
-# (issue #15; bench/compare_objectives.py, its docstring has the rules). MINUTES: per objective.
+# (electra_tf/evaluation/compare_objectives.py; its docstring has the rules). MINUTES: per objective.
 #   make compare-objectives OBJECTIVES=electra,bert_mlm MINUTES=30 DATA_DIR=data/g64 \
-#     PRESET=gutenberg PARALLEL=2 WARMUP=0.125 [HPARAMS='{...}'] [COMPARE_ARGS=--quick]
+#     PRESET=gutenberg PARALLEL=2 WARMUP=0.125 [GLUE_DIR=...] [HPARAMS='{...}'] [COMPARE_ARGS=--quick]
+# GLUE_DIR: SST-2's train.tsv and dev.tsv; by default $(RUN_DATA_DIR)/glue/SST-2 (put them there,
+# or name their folder; COMPARE_ARGS=--no-finetune stops after pre-training).
 # Run the same command again to resume; results in $(RUN_DATA_DIR)/compare_objectives/results.md.
 OBJECTIVES ?= electra,electra_15,replace_mlm,all_tokens_mlm,bert_mlm,electric
 PRESET ?= $(SIZE)
 PARALLEL ?= 1
-GLUE_DIR ?= ../shared/data/glue/SST-2
+GLUE_DIR ?= $(RUN_DATA_DIR)/glue/SST-2
 compare-objectives: $(STAMP) $(if $(DATA_DIR),,default-data)
 	@[ -n "$(MINUTES)" ] || { echo "error: MINUTES (wall time per objective) is required"; exit 2; }
-	$(PY) bench/compare_objectives.py --data-dir $(RUN_DATA_DIR) --objectives $(OBJECTIVES) \
-		--minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' --parallel $(PARALLEL) \
-		--glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
+	$(PY) -m electra_tf.evaluation.compare_objectives --data-dir $(RUN_DATA_DIR) \
+		--objectives $(OBJECTIVES) --minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' \
+		--parallel $(PARALLEL) --glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
