@@ -12,6 +12,7 @@ case is OK (or skipped), 1 otherwise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -27,7 +28,8 @@ TESTS = [
 ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         log, report = os.path.join(scratch, "cases.jsonl"), os.path.join(scratch, "junit.xml")
         env = dict(os.environ, RELIABILITY_LOG=log)
