@@ -4,9 +4,9 @@
 
 The config is the dataclass defaults plus the JSON given (as `--hparams`); the step is the
 training loop's own `make_train_function`, run 5 steps to warm up, then STEPS (default 20) in
-one call. Used to choose the shipped Gutenberg model's shape and to compare the ELECTRA step
-with the masked-LM baseline's (`"electra_objective": false`) in bench/README.md. Not a
-benchmark against a peer (that is `make bench`); run it alone on the machine.
+one call. Used to choose the shipped Gutenberg model's shape (bench/README.md has the figure)
+and to compare the ELECTRA step with the masked-LM baseline's (`"electra_objective": false`).
+Not a benchmark against a peer (that is `make bench`); run it alone on the machine.
 """
 
 from __future__ import annotations

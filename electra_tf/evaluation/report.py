@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The paper's Table 5 (Clark et al. 2020, Section 3.2; GLUE score, Base-size models), worst to
-# best, as issue #15 states it: BERT < ELECTRA 15% < Replace MLM < All-Tokens MLM < ELECTRA.
+# best: BERT < ELECTRA 15% < Replace MLM < All-Tokens MLM < ELECTRA.
 # Electric is from another paper and `random` is no objective: neither is compared.
 TABLE5_ORDER = ("bert_mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "electra")
 DISPLAY_NAMES = {
