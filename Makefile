@@ -64,23 +64,25 @@ convert: $(STAMP)
 	$(PY) -m electra_tf.convert --from $(or $(FROM),auto) --to $(TO) --input $(INPUT) \
 		--output $(OUTPUT) $(CONVERT_FLAGS)
 
+# The benchmarks, modules of bench/ (bench/README.md: what each measures, the latest figures).
 bench: $(STAMP)
 	$(PY) -m bench.bench_train
 
 bench-data: $(STAMP)
 	$(PY) -m bench.bench_data
 
-# BASELINE=<another checkout>: its export timed in the same run (bench/README.md#serving-latency).
+# BASELINE=<another checkout>: its export timed in the same run.
 bench-serve: $(STAMP)
 	$(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),)
 
-# Where a step's time goes (issue #16): op-level shares of the train step and of serving.
+# Where a step's time goes: op-level shares of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.
 profile: $(STAMP)
 	mkdir -p data
 	$(PY) -m bench.profile_breakdown --out data/profile_breakdown.json
 
-# Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
+# The reliability cases (tests that record what they expected and got), replayed against this
+# build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
 	$(PY) -m bench.reliability_replay
 
