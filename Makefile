@@ -64,40 +64,44 @@ convert: $(STAMP)
 	$(PY) -m electra_tf.convert --from $(or $(FROM),auto) --to $(TO) --input $(INPUT) \
 		--output $(OUTPUT) $(CONVERT_FLAGS)
 
+# The benchmarks, modules of bench/ (bench/README.md: what each measures, the latest figures).
 bench: $(STAMP)
-	$(PY) bench/bench_train.py
+	$(PY) -m bench.bench_train
 
 bench-data: $(STAMP)
-	$(PY) bench/bench_data.py
+	$(PY) -m bench.bench_data
 
-# BASELINE=<another checkout>: its export timed in the same run (bench/README.md#serving-latency).
+# BASELINE=<another checkout>: its export timed in the same run.
 bench-serve: $(STAMP)
-	$(PY) bench/bench_serve.py $(if $(BASELINE),--baseline $(BASELINE),)
+	$(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),)
 
-# Where a step's time goes (issue #16): op-level shares of the train step and of serving.
+# Where a step's time goes: op-level shares of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.
 profile: $(STAMP)
 	mkdir -p data
-	$(PY) bench/profile_breakdown.py --out data/profile_breakdown.json
+	$(PY) -m bench.profile_breakdown --out data/profile_breakdown.json
 
-# Issue #13's cases, replayed against this build: one line per case (case, expected, got, OK/BAD).
+# The reliability cases (tests that record what they expected and got), replayed against this
+# build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
-	$(PY) bench/reliability_replay.py
+	$(PY) -m bench.reliability_replay
 
 # Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
-# (issue #15; bench/compare_objectives.py, its docstring has the rules). MINUTES: per objective.
+# (electra_tf/evaluation/compare_objectives.py; its docstring has the rules). MINUTES: per objective.
 #   make compare-objectives OBJECTIVES=electra,bert_mlm MINUTES=30 DATA_DIR=data/g64 \
-#     PRESET=gutenberg PARALLEL=2 WARMUP=0.125 [HPARAMS='{...}'] [COMPARE_ARGS=--quick]
+#     PRESET=gutenberg PARALLEL=2 WARMUP=0.125 [GLUE_DIR=...] [HPARAMS='{...}'] [COMPARE_ARGS=--quick]
+# GLUE_DIR: SST-2's train.tsv and dev.tsv; by default $(RUN_DATA_DIR)/glue/SST-2 (put them there,
+# or name their folder; COMPARE_ARGS=--no-finetune stops after pre-training).
 # Run the same command again to resume; results in $(RUN_DATA_DIR)/compare_objectives/results.md.
 OBJECTIVES ?= electra,electra_15,replace_mlm,all_tokens_mlm,bert_mlm,electric
 PRESET ?= $(SIZE)
 PARALLEL ?= 1
-GLUE_DIR ?= ../shared/data/glue/SST-2
+GLUE_DIR ?= $(RUN_DATA_DIR)/glue/SST-2
 compare-objectives: $(STAMP) $(if $(DATA_DIR),,default-data)
 	@[ -n "$(MINUTES)" ] || { echo "error: MINUTES (wall time per objective) is required"; exit 2; }
-	$(PY) bench/compare_objectives.py --data-dir $(RUN_DATA_DIR) --objectives $(OBJECTIVES) \
-		--minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' --parallel $(PARALLEL) \
-		--glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
+	$(PY) -m electra_tf.evaluation.compare_objectives --data-dir $(RUN_DATA_DIR) \
+		--objectives $(OBJECTIVES) --minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' \
+		--parallel $(PARALLEL) --glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,7 +1,7 @@
 """Data-preparation speed: our build_tfrecords (N processes) vs the original's pure-Python path.
 
     make bench-data                      # an 8 MB slice of the default corpus's sources
-    .venv/bin/python bench/bench_data.py --corpus-dir ../shared/data/corpus/gutenberg \
+    .venv/bin/python -m bench.bench_data --corpus-dir ../shared/data/corpus/gutenberg \
         --vocab-file ../shared/data/vocab/bert-uncased-vocab.txt
 
 Baseline, in the same run over the same files: Model Garden's FullTokenizer (the original's

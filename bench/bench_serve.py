@@ -16,12 +16,12 @@ Rows, all from one run:
 - `electra-tf, jit_compile`: the same weights exported with `--jit-compile` (XLA), unless
   `--no-xla`;
 - `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
-  (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH is
-  DIR;
+  (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
+  starts with DIR;
 - `HF PyTorch`: `ElectraForPreTraining` of the same shapes on random ids, under `--hf-python`
   (an interpreter with torch and transformers, which are not project dependencies).
 
-    python bench/bench_serve.py [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
+    python -m bench.bench_serve [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
         [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
         [--threads 1,2]
 
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from bench_train import checkout_revision
+from bench.bench_train import checkout_revision
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIGNATURES = ("serving_default", "encode_ids")
@@ -220,7 +220,8 @@ def bench_baseline(directory: str, vocab_file: str, args: argparse.Namespace) ->
         command += ["--calls", str(args.calls), "--seq", str(args.seq)]
         command += ["--batches", ",".join(map(str, args.batches))]
         command += ["--threads", ",".join(map(str, args.threads))]
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(directory))
+        # `directory`'s electra_tf; `bench` is this checkout's unless `directory` has a package.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(directory), REPO]))
         run = subprocess.run(command, env=env, capture_output=True, text=True)
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["?"])[-1]

@@ -7,7 +7,7 @@ medians over rounds, and the ratio is taken per round against the peer measured 
 The same run measures the machine's tf.matmul peak (fp32 and bf16) for MFU.
 
 Usage:
-    python bench/bench_train.py [--batch 32] [--seq 128] [--steps 6] [--rounds 2]
+    python -m bench.bench_train [--batch 32] [--seq 128] [--steps 6] [--rounds 2]
         [--configs default,fp32,...] [--skip-peer] [--no-extras]
 
 Rows: the project at its default precision/XLA, parallel micro-batches and thread pools
@@ -128,7 +128,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     _set_threads(*settings.get("threads", (args.intra, args.inter)))
     start = time.perf_counter()
     if settings["kind"] == "peer":
-        from peer_model_garden import build_peer_step
+        from bench.peer_model_garden import build_peer_step
 
         step, inputs, params = build_peer_step(args.batch, args.seq, jit=settings["jit"] == "on")
         resolved = {"precision": "float32", "jit_compile": settings["jit"] == "on"}
@@ -137,7 +137,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             step(inputs).numpy()
 
     elif settings["kind"] == "project":
-        from project_step import build_project_step
+        from bench.project_step import build_project_step
 
         run_step, params, resolved = build_project_step(
             args.batch, args.seq, settings["precision"], settings["jit"], settings.get("hparams")
@@ -160,7 +160,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
     import tensorflow as tf
-    from matmul_peak import matmul_peak
+
+    from bench.matmul_peak import matmul_peak
 
     _set_threads(args.intra, args.inter)
     return {
@@ -173,7 +174,9 @@ def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
 def run_child(
     extra: list[str], args: argparse.Namespace, timeout: float, root: str = ROOT
 ) -> dict[str, Any]:
-    """One worker in its own process; `root` is the checkout whose `electra_tf` it imports."""
+    """One worker in its own process; `root` is the checkout whose `electra_tf` it imports
+    (this file runs by its path; `bench` resolves to `root`'s when that is a package, else to
+    this checkout's)."""
     command = [
         sys.executable,
         os.path.abspath(__file__),
@@ -185,7 +188,8 @@ def run_child(
         f"--intra={args.intra}",
         f"--inter={args.inter}",
     ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=f"{HERE}:{root}")
+    path = os.pathsep.join(dict.fromkeys([root, ROOT]))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
@@ -195,20 +199,20 @@ def run_child(
     )
 
 
-def run_extra(script: str, timeout: float) -> str:
-    """Runs another helper's bench (data prep, serving) and returns its output."""
-    path = os.path.join(HERE, script)
-    if not os.path.exists(path):
-        return f"{script}: not present"
+def run_extra(module: str, timeout: float) -> str:
+    """Runs another bench module (data prep, serving) and returns its output."""
+    if not os.path.exists(os.path.join(HERE, f"{module}.py")):
+        return f"{module}: not present"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    command = [sys.executable, "-m", f"bench.{module}"]
     try:
         proc = subprocess.run(
-            [sys.executable, path], capture_output=True, text=True, timeout=timeout, env=env
+            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
         )
     except subprocess.TimeoutExpired:
-        return f"{script}: timed out after {timeout:.0f} s"
+        return f"{module}: timed out after {timeout:.0f} s"
     if proc.returncode:
-        return f"{script}: failed (exit {proc.returncode})\n{proc.stderr[-1500:]}"
+        return f"{module}: failed (exit {proc.returncode})\n{proc.stderr[-1500:]}"
     return proc.stdout.strip()
 
 
@@ -328,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["rows"][name] = {"tokens_per_s": tokens, "ratio": ratio, "mfu": mfu, "rss": rss}
 
     if not args.no_extras:
-        for script in ("bench_data.py", "bench_serve.py"):
-            print(f"\n== {script}\n{run_extra(script, args.timeout)}", flush=True)
+        for module in ("bench_data", "bench_serve"):
+            print(f"\n== {module}\n{run_extra(module, args.timeout)}", flush=True)
     if args.json:
         tmp = f"{args.json}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ dropout at rate 0.1 on the attention probabilities of half the batch and on `--r
 of the hidden width (the step's two halves), as Keras draws it (a float32 uniform per element)
 and as `electra_tf.modeling.dropout` does (24 bits per element), with the kept fraction.
 
-    python bench/fusion_micro.py [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
+    python -m bench.fusion_micro [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
         [--vocab 30522] [--embedding 128] [--slots 608] [--per-seq 19] [--calls 30] [--rounds 2]
         [--intra 0]
 

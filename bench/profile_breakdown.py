@@ -79,9 +79,9 @@ matches; where it does not (ops that Grappler created), the fallbacks in [] appl
 
 Usage (run alone on the machine for the real numbers; a few minutes):
 
-    python bench/profile_breakdown.py [--path train|serve|both] [--steps 10] [--warmup 3]
+    python -m bench.profile_breakdown [--path train|serve|both] [--steps 10] [--warmup 3]
         [--batch 32] [--seq 128] [--serve-batches 1,32] [--out breakdown.json] [--logdir DIR]
-    python bench/profile_breakdown.py --quick      # tiny model, 2 steps: a smoke run
+    python -m bench.profile_breakdown --quick      # tiny model, 2 steps: a smoke run
 
 The trace stays in `--logdir` (default: a new temporary directory, printed) for TensorBoard's
 profile plugin or Perfetto. CPU only: on a GPU the kernels run on the device planes, which this
@@ -105,8 +105,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 WINDOW = "electra_profile_window"  # the TraceMe around the profiled calls
 VOCAB_SIZE = 30522
 OPTIMIZER_SCOPE = "AdamWeightDecay"
@@ -605,9 +603,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     import tensorflow as tf
     import tf_keras as keras
 
-    sys.path.insert(0, HERE)
-    from project_step import synthetic_batches, write_bench_vocab
-
+    from bench.project_step import synthetic_batches, write_bench_vocab
     from electra_tf.config import pretraining_config
     from electra_tf.pretraining import loop
 
@@ -668,9 +664,7 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
 
-    sys.path.insert(0, HERE)
-    from project_step import write_bench_vocab
-
+    from bench.project_step import write_bench_vocab
     from electra_tf.config import pretraining_config
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
     from electra_tf.serving.kinds import serving_module
@@ -787,7 +781,6 @@ def start_tensorflow(args: argparse.Namespace) -> Any:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     if args.inter:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter)
-    sys.path.insert(0, ROOT)
     from electra_tf.tf_startup import start_tensorflow as start
 
     start()

@@ -1,6 +1,6 @@
 """Replays issue #13's reliability cases against this build and prints one line per case.
 
-    make reliability        # = .venv/bin/python bench/reliability_replay.py
+    make reliability        # = .venv/bin/python -m bench.reliability_replay
 
 Every case is a test (tests/test_reliability.py, and the serving cases of
 tests/test_export_models.py) that records what it expected and what it got before it asserts;
@@ -12,6 +12,7 @@ case is OK (or skipped), 1 otherwise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -27,7 +28,8 @@ TESTS = [
 ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         log, report = os.path.join(scratch, "cases.jsonl"), os.path.join(scratch, "junit.xml")
         env = dict(os.environ, RELIABILITY_LOG=log)

@@ -14,11 +14,12 @@ Two ways to load, as the two runtimes that serve a SavedModel:
 - `--runtime session`: `tf.compat.v1` Session + `saved_model.loader.load`, the path TF Serving's
   model server takes (a SavedModelBundle runs its signatures with Session::Run).
 
-    python bench/serving_graph.py [--preset small] [--runtime function|session] [--jit-compile]
+    python -m bench.serving_graph [--preset small] [--runtime function|session] [--jit-compile]
 
-To see the graph before this branch's changes, run this same script against the old code:
-`PYTHONPATH=<old checkout> python bench/serving_graph.py`. `TF_ENABLE_ONEDNN_OPTS=0` shows what a
-TensorFlow without oneDNN runs.
+To see the graph of older code, run this same file against it, from outside both checkouts:
+`PYTHONPATH=<old checkout> python <this checkout>/bench/serving_graph.py` (`-m` from this
+checkout's root would import this checkout's electra_tf first). `TF_ENABLE_ONEDNN_OPTS=0` shows
+what a TensorFlow without oneDNN runs.
 """
 
 from __future__ import annotations

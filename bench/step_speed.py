@@ -1,12 +1,12 @@
 """Tokens/s of the project's own train step for any pre-training config, on synthetic batches.
 
-    python bench/step_speed.py '{"model_hparam_overrides": {"hidden_size": 256, ...}, ...}' [STEPS]
+    python -m bench.step_speed '{"model_hparam_overrides": {"hidden_size": 256, ...}, ...}' [STEPS]
 
 The config is the dataclass defaults plus the JSON given (as `--hparams`); the step is the
 training loop's own `make_train_function`, run 5 steps to warm up, then STEPS (default 20) in
-one call. Used to choose the shipped Gutenberg model's shape and to compare the ELECTRA step
-with the masked-LM baseline's (`"electra_objective": false`) in bench/README.md. Not a
-benchmark against a peer (that is `make bench`); run it alone on the machine.
+one call. Used to choose the shipped Gutenberg model's shape (bench/README.md has the figure)
+and to compare the ELECTRA step with the masked-LM baseline's (`"electra_objective": false`).
+Not a benchmark against a peer (that is `make bench`); run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ import time
 import tensorflow as tf
 import tf_keras as keras
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from project_step import apply_config_threads, synthetic_batches, write_bench_vocab  # noqa: E402
-
-from electra_tf.config import pretraining_config  # noqa: E402
-from electra_tf.pretraining import loop  # noqa: E402
+from bench.project_step import apply_config_threads, synthetic_batches, write_bench_vocab
+from electra_tf.config import pretraining_config
+from electra_tf.pretraining import loop
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     hparams = json.loads(argv[0]) if argv else {}
     steps = int(argv[1]) if len(argv) > 1 else 20
     data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")

@@ -1,15 +1,9 @@
 """bench/bench_train.py's parent: rounds, rows and the --baseline row, with the workers faked
 (a real worker builds ELECTRA-Small, too slow for the suite; `make bench` runs them)."""
 
-import os
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import bench_train  # noqa: E402
+from bench import bench_train
 
 
 @pytest.fixture

@@ -1,21 +1,17 @@
-"""bench/compare_objectives.py (and its compare_plan / compare_report): the step plan, the checks on its inputs, the report and the
+"""electra_tf.evaluation.compare_objectives (and its plan / report / launcher): the step plan, the checks on its inputs, the report and the
 Table 5 statement on hand-made numbers, and one `--quick` run end to end on tiny data."""
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import compare_objectives as co  # noqa: E402
-import compare_plan as cp  # noqa: E402
-import compare_report as report  # noqa: E402
-
-from electra_tf.config import ConfigError  # noqa: E402
+from electra_tf.config import ConfigError
+from electra_tf.evaluation import compare_objectives as co
+from electra_tf.evaluation import launcher as compare_launcher
+from electra_tf.evaluation import plan as cp
+from electra_tf.evaluation import report
 
 PILOT = {"seconds_per_step": 0.5, "startup_seconds": 40.0, "pilot_seconds": 60.0, "timed_steps": 30}
 
@@ -82,7 +78,7 @@ def test_shared_hparams_may_not_decide_the_objective_or_the_steps():
     cp.check_shared_hparams({"max_seq_length": 64, "learning_rate": 1e-3}, objectives)
     with pytest.raises(ConfigError, match=r"'disc_weight'.*configs/ablations/electra\.json"):
         cp.check_shared_hparams({"disc_weight": 1.0}, objectives)
-    with pytest.raises(ConfigError, match="'num_train_steps' is set by this script"):
+    with pytest.raises(ConfigError, match="'num_train_steps' is set by the comparison"):
         cp.check_shared_hparams({"num_train_steps": 10}, objectives)
 
 
@@ -106,8 +102,6 @@ def test_a_plan_made_with_other_settings_is_not_resumed(tmp_path):
 
 
 def test_the_finetuning_eta_counts_only_runs_not_cached(tmp_path):
-    from compare_launcher import FinetuneCounter
-
     results = tmp_path / "val" / "models" / "electra_val_lr0.0003" / "results"
     results.mkdir(parents=True)
     (results / "sst_results.json").write_text("{}")
@@ -115,16 +109,20 @@ def test_the_finetuning_eta_counts_only_runs_not_cached(tmp_path):
     dev.mkdir(parents=True)
     (dev / "sst_results.json").write_text("{}")
     # 2 rows x (2 lrs + 1 dev run), less the cached sweep run and the cached dev run.
-    counter = FinetuneCounter(False, str(tmp_path), ["electra", "random"], ["1e-4", "3e-4"])
+    counter = compare_launcher.FinetuneCounter(
+        False, str(tmp_path), ["electra", "random"], ["1e-4", "3e-4"]
+    )
     assert counter.total == 4
     # One lr: no sweep (sst2_transfer has nothing to choose), one dev run per row.
-    assert FinetuneCounter(False, str(tmp_path), ["electra", "random"], ["1e-4"]).total == 1
+    assert (
+        compare_launcher.FinetuneCounter(
+            False, str(tmp_path), ["electra", "random"], ["1e-4"]
+        ).total
+        == 1
+    )
 
 
 def test_finetune_counter_eta_divides_by_the_runs_going_at_once(tmp_path, monkeypatch, capsys):
-    import compare_launcher
-    from compare_launcher import FinetuneCounter
-
     calls = []  # the run's start reads 0 s, every later read 100 s: one run of 100 s
 
     def clock_reading():
@@ -134,7 +132,9 @@ def test_finetune_counter_eta_divides_by_the_runs_going_at_once(tmp_path, monkey
     monkeypatch.setattr(compare_launcher.time, "monotonic", clock_reading)
     monkeypatch.setattr(compare_launcher.sst2_transfer, "run_command", lambda c, e: (0, ""))
     # 3 rows x (2 lrs + 1 dev run) = 9 runs; after one, 8 are left at 100 s each, 2 at once.
-    counter = FinetuneCounter(False, str(tmp_path), ["a", "b", "c"], ["1e-4", "3e-4"], jobs=2)
+    counter = compare_launcher.FinetuneCounter(
+        False, str(tmp_path), ["a", "b", "c"], ["1e-4", "3e-4"], jobs=2
+    )
     assert counter(["python"], {}) == (0, "")
     assert "run 1 of <= 9 done; SST-2 ETA <= 0:06:40" in capsys.readouterr().out
 
@@ -217,7 +217,7 @@ def test_the_report_files_hold_every_row_and_the_command(tmp_path):
         {**_row("random", [70.41, 66.06, 71.1]), "lr": 3e-4},
     ]
     results = {
-        "command": "python bench/compare_objectives.py --objectives electra --minutes 10",
+        "command": "python -m electra_tf.evaluation.compare_objectives --objectives electra --minutes 10",
         "quick": False,
         "settings": {
             "minutes": 10.0,
@@ -254,6 +254,18 @@ def test_runs_off_their_plan_are_named():
         "ELECTRA ran 18.8 min against 10.0 planned (+88%, over 2 segments).",
         "BERT ran 8.8 min against 10.0 planned (-12%).",
     ]
+
+
+def test_glue_dir_defaults_inside_the_data_dir_and_its_absence_is_explained(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    argv = ["--data-dir", str(data), "--objectives", "electra", "--minutes", "5"]
+    argv += ["--preset", "tiny", "--out", str(tmp_path / "out")]
+    assert co.parse_args(argv).glue_dir == os.path.join(str(data), "glue", "SST-2")
+    assert co.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"no train.tsv in {os.path.join(str(data), 'glue', 'SST-2')}" in err
+    assert "GLUE_DIR=" in err and "--no-finetune" in err
 
 
 # ---------------------------------------------------------------------- end to end

@@ -1,14 +1,9 @@
 """bench/fusion_micro.py: every form it times computes what the Keras form does (values and
 gradients), and both optimizer updates the same weights, on small shapes."""
 
-import os
 import re
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import fusion_micro  # noqa: E402
+from bench import fusion_micro
 
 
 def test_every_form_matches_the_keras_form(capsys):

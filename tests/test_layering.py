@@ -31,7 +31,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("stages", ("pretraining", "finetuning")),
     ("checkpoints and serving", ("checkpoints", "serving")),
     ("runs", ("pretraining.loop", "finetuning.runner")),
-    ("commands and API", ("cli", "pretrain", "finetune", "export", "convert", "api", "")),
+    (
+        "commands and API",
+        ("cli", "pretrain", "finetune", "export", "convert", "api", "evaluation", ""),
+    ),
 ]
 
 

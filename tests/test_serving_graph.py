@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from bench import serving_graph
 from electra_tf.cli import export
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, pretraining_config
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
@@ -29,9 +30,6 @@ from electra_tf.serving.kinds import serving_module
 from electra_tf.serving.saved_model import ExportSpec, write_export
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "bench"))
-
-import serving_graph  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(40))]
 LAYERS = 2
@@ -66,8 +64,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # the tokenizer's ops, as a serving binary links them
 from tensorflow.python.util import _pywrap_util_port
-sys.path.insert(0, "bench")
-import serving_graph
+from bench import serving_graph
 paths, ids_file, out_file = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
 ids = dict(np.load(ids_file))
 result = {"onednn": _pywrap_util_port.IsMklEnabled()}

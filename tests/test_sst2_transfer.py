@@ -1,18 +1,14 @@
-"""bench/sst2_transfer.py: cached runs are reused only with the settings that made them, and
+"""electra_tf.evaluation.sst2_transfer: cached runs are reused only with the settings that made them, and
 paths given relative to the caller's directory reach the fine-tuning processes intact."""
 
 import json
 import os
 import shutil
-import sys
 import threading
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import sst2_transfer  # noqa: E402
+from electra_tf.evaluation import sst2_transfer
 
 HPARAMS = {"learning_rate": 3e-4, "max_train_examples": 2000, "overwrite": True}
 

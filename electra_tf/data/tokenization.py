@@ -13,7 +13,7 @@ whitespace (lower-casing's final-sigma context does not cross whitespace, NFD re
 not cross a starter). WordPiece results are cached per word, so a word is matched once. The
 measurement that justified not using Model Garden's `FullTokenizer` (in requirements.txt):
 `make bench-data`, where the project's data path runs 9.5-11.5x the original's pure-Python one
-(2 processes against 1; bench/README.md, "Data preparation speed"); tests/test_tokenization.py
+(2 processes against 1; bench/README.md, its data-preparation row); tests/test_tokenization.py
 checks that both give the same ids.
 
 This module does not import TensorFlow (data-preparation workers use it); `GraphTokenizer`, the

@@ -18,7 +18,7 @@ all 2^24 values of v in tests/test_dropout.py), the scale is `tf.nn.dropout`'s, 
 masks are drawn from a seed the layer takes from Keras's own random generator, so
 `keras.utils.set_random_seed` and a layer's `seed` reproduce them as before. Forward and
 backward on a million elements on one thread: 2.6 against 3.9 ms for Keras's dropout
-(`bench/fusion_micro.py --intra 1`, its dropout rows; bench/results/fusion_micro_s15.txt).
+(`python -m bench.fusion_micro --intra 1`, its dropout rows; bench/README.md has the figures).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The equal-wall-time plan of `bench/compare_objectives.py` and the checks on its inputs:
+"""The equal-wall-time plan of `compare_objectives` and the checks on its inputs:
 which objectives exist, what the shared hparams may set, how many steps a budget buys, and
 whether a work folder was planned with the same settings. No TensorFlow.
 """
@@ -18,7 +18,7 @@ from electra_tf.config import CONFIGS_DIR, ConfigError, parse_hparams
 
 ABLATIONS_DIR = os.path.join(CONFIGS_DIR, "ablations")
 RANDOM_ROW = "random"
-# Set per objective by bench/compare_objectives.py; in --hparams they would break the plan.
+# Set per objective by compare_objectives; in --hparams they would break the plan.
 PLANNED_KEYS = ("num_train_steps", "model_dir", "do_train", "do_eval")
 
 
@@ -55,7 +55,9 @@ def check_shared_hparams(shared: Mapping[str, Any], objectives: Mapping[str, Map
     """The shared --hparams may not decide an objective or a step count."""
     for key in shared:
         if key in PLANNED_KEYS:
-            raise ConfigError(f"--hparams: {key!r} is set by this script (the budget decides it)")
+            raise ConfigError(
+                f"--hparams: {key!r} is set by the comparison (the budget decides it)"
+            )
         owners = [name for name, values in objectives.items() if key in values]
         if owners:
             raise ConfigError(
@@ -175,7 +177,7 @@ def encoder_shape(config: Mapping[str, Any]) -> dict[str, Any]:
     """The discriminator's shape settings of a resolved config (a pilot's `config`), in the
     form of sst2_transfer's `--random-shape` file: a random row built from it has the same
     encoder as the pre-trained rows."""
-    from sst2_transfer import SHAPE_KEYS
+    from electra_tf.evaluation.sst2_transfer import SHAPE_KEYS
 
     overrides = config["model_hparam_overrides"]
     shape: dict[str, Any] = {

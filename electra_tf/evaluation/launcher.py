@@ -1,4 +1,4 @@
-"""How `bench/compare_objectives.py` runs its steps: as processes, two at a time pinned to a
+"""How `compare_objectives` runs its steps: as processes, two at a time pinned to a
 core each, with progress lines; or (for tests) one by one inside the calling process.
 """
 
@@ -19,9 +19,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import sst2_transfer
+from electra_tf.evaluation import sst2_transfer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder that holds the electra_tf package: the runs import it from there.
+ROOT = sst2_transfer.ROOT
 
 
 def log(message: str) -> None:
@@ -36,8 +37,8 @@ def clock(seconds: float) -> str:
 # ---------------------------------------------------------------------- launching
 @dataclass
 class Job:
-    """One process of the comparison: `argv` follows the interpreter (`-m module ...` or a
-    script path); its output goes to `log_path`."""
+    """One process of the comparison: `argv` follows the interpreter (`-m module ...`); its
+    output goes to `log_path`."""
 
     name: str
     argv: list[str]
@@ -81,7 +82,7 @@ class Launcher:
             with open(job.log_path, "a", encoding="utf-8") as logf:
                 logf.write(f"$ {shlex.join(command)}\n")
                 logf.flush()
-                # Its own session: Ctrl-C reaches only this script, which then asks each run
+                # Its own session: Ctrl-C reaches only this command, which then asks each run
                 # once to save and stop (a second SIGINT would abort a run without saving).
                 proc = subprocess.Popen(
                     command, stdout=logf, stderr=subprocess.STDOUT, env=self.env,
@@ -136,11 +137,9 @@ class Launcher:
 
     def _run_in_process(self, job: Job) -> None:
         """The job's `main(argv)` in this process, its output into the log."""
-        if job.argv[0] == "-m":
-            module, args = importlib.import_module(job.argv[1]), job.argv[2:]
-        else:
-            module = importlib.import_module(os.path.basename(job.argv[0])[: -len(".py")])
-            args = job.argv[1:]
+        if job.argv[0] != "-m":
+            raise ValueError(f"{job.name}: not a module command: {job.argv}")
+        module, args = importlib.import_module(job.argv[1]), job.argv[2:]
         args = [str(time.time()) if a == "{now}" else a for a in args]
         os.makedirs(os.path.dirname(job.log_path), exist_ok=True)
         started = time.monotonic()

@@ -1,15 +1,15 @@
-"""Pre-training objectives at equal wall time, then SST-2 from each (issue #15, item 4).
+"""Pre-training objectives at equal wall time, then SST-2 from each (`make compare-objectives`).
 
-    python bench/compare_objectives.py --data-dir data/g64 --preset gutenberg \\
+    python -m electra_tf.evaluation.compare_objectives --data-dir data/g64 --preset gutenberg \\
         --objectives electra,electra_15,replace_mlm,all_tokens_mlm,bert_mlm,electric \\
-        --minutes 45 --parallel 2 --warmup 0.125 --glue-dir ../shared/data/glue/SST-2 \\
+        --minutes 45 --parallel 2 --warmup 0.125 --glue-dir data/glue/SST-2 \\
         --hparams '{"max_seq_length": 64, "eval_tfrecords": "data/g64/tfrecords-heldout/*"}'
 
 An objective is a file `configs/ablations/<name>.json`. Every objective runs on the same data,
 the same `--preset` and the same `--hparams` (shared overrides; objective keys and the step
 counts are refused there) and gets the same wall-time budget, `--minutes`:
 
-1. Pilot (bench/objective_pilot.py): a fresh process per objective, launched exactly as its
+1. Pilot (`electra_tf.evaluation.pilot`): a fresh process per objective, launched exactly as its
    run will be (same core pinning, thread settings and neighbour), measures the start-up
    (launch to the end of the first step: imports, model build, graph tracing) and the seconds
    per step over `--pilot-steps` steps after `--pilot-warmup` warm-up steps.
@@ -22,14 +22,14 @@ counts are refused there) and gets the same wall-time budget, `--minutes`:
    `--max-steps` caps the steps (a smoke test; the table marks capped rows).
 3. Runs: `python -m electra_tf.pretrain`, one objective after another, or `--parallel 2` two
    at a time, each pinned to its own core (`taskset`) with one TensorFlow thread: the machine
-   then gives both the same share (bench/README.md, "The recipe search, second round"). A
+   then gives both the same share (docs/pretraining-at-small-scale.md). A
    group's runs start together; the next group starts when both have ended.
 4. `python -m electra_tf.pretrain` with do_eval on each final checkpoint (`--no-eval` skips
    it): held-out metrics when the shared hparams set `eval_tfrecords`, training-data metrics
    otherwise (the report says which).
-5. SST-2 (bench/sst2_transfer.py, unchanged protocol): one row per final discriminator, plus a
+5. SST-2 (`electra_tf.evaluation.sst2_transfer`, unchanged protocol): one row per final discriminator, plus a
    random initialisation of the same shape; the same lr sweep, seeds and sentences for all.
-   With `--parallel 2`, two rows at a time (`sst2_transfer.py --jobs 2`), each run pinned to
+   With `--parallel 2`, two rows at a time (`sst2_transfer --jobs 2`), each run pinned to
    one of the same cores with one TensorFlow thread.
 6. `OUT/results.md` and `OUT/results.json`: steps, tokens, the measured wall time, held-out
    metrics, lr chosen, dev accuracy per seed and median, the command, and where the ordering
@@ -62,15 +62,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-sys.path.insert(0, BENCH)
-sys.path.insert(0, ROOT)
-
-import compare_report  # noqa: E402
-import sst2_transfer  # noqa: E402
-from compare_launcher import FinetuneCounter, Job, Launcher, clock, groups, log, log_tail  # noqa: E402
-from compare_plan import (  # noqa: E402
+from electra_tf.config import ConfigError, load_preset, parse_hparams
+from electra_tf.evaluation import report as compare_report
+from electra_tf.evaluation import sst2_transfer
+from electra_tf.evaluation.launcher import (
+    FinetuneCounter,
+    Job,
+    Launcher,
+    clock,
+    groups,
+    log,
+    log_tail,
+)
+from electra_tf.evaluation.plan import (
     RANDOM_ROW,
     PlanError,
     check_plan_settings,
@@ -84,9 +88,8 @@ from compare_plan import (  # noqa: E402
     write_json,
 )
 
-from electra_tf.config import ConfigError, load_preset, parse_hparams  # noqa: E402
-
-PILOT_SCRIPT = os.path.join(BENCH, "objective_pilot.py")
+PILOT_MODULE = "electra_tf.evaluation.pilot"
+MODULE = "electra_tf.evaluation.compare_objectives"
 # The full protocol's / --quick's values for the options left unset.
 DEFAULTS = {
     "pilot_warmup": 5,
@@ -195,7 +198,7 @@ class Comparison:
         if kind != "pilot":
             argv = ["-m", "electra_tf.pretrain", "--data-dir", self.data_dir, "--model-name", name]
             return Job(name, [*argv, *preset, "--hparams", hparams], log_path)
-        argv = [PILOT_SCRIPT, "--data-dir", self.data_dir, *preset, "--hparams", hparams]
+        argv = ["-m", PILOT_MODULE, "--data-dir", self.data_dir, *preset, "--hparams", hparams]
         argv += ["--out", os.path.join(self.out, "pilots", f"{name}.json")]
         argv += ["--warmup-steps", str(self.args.pilot_warmup)]
         argv += ["--timed-steps", str(self.args.pilot_steps)]
@@ -363,7 +366,7 @@ class Comparison:
         protocol = (
             f"the first {a.train_examples} training sentences, {a.epochs:g} epoch(s), length "
             f"{a.ft_max_seq_length}, lr chosen from {a.lrs} on the last {a.val_examples} "
-            f"training sentences, then {a.seeds} seed(s) on dev (bench/sst2_transfer.py)."
+            f"training sentences, then {a.seeds} seed(s) on dev (electra_tf.evaluation.sst2_transfer)."
         )
         return {
             "command": a.command,
@@ -387,7 +390,7 @@ def warmup_rule(warmup: float | None) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="See the module docstring (bench/compare_objectives.py) for the rules.",
+        epilog=f"See the module docstring ({MODULE}) for the rules.",
     )
     parser.add_argument("--data-dir", required=True, help="pre-training data (vocab.txt, ...)")
     parser.add_argument("--objectives", required=True, help="names in configs/ablations, a,b,c")
@@ -403,10 +406,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pilot-warmup", type=int, help="pilot steps before timing (5)")
     parser.add_argument("--pilot-steps", type=int, help="timed pilot steps (30)")
     parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
-    sst = parser.add_argument_group("SST-2 (bench/sst2_transfer.py)")
-    sst.add_argument(
-        "--glue-dir", default=os.path.join(ROOT, "..", "shared", "data", "glue", "SST-2")
-    )
+    sst = parser.add_argument_group("SST-2 (electra_tf.evaluation.sst2_transfer)")
+    sst.add_argument("--glue-dir", help="SST-2's train.tsv, dev.tsv (<data-dir>/glue/SST-2)")
     sst.add_argument("--no-finetune", action="store_true", help="stop after pre-training")
     sst.add_argument("--lrs", help=f"the sweep ({DEFAULTS['lrs']})")
     sst.add_argument("--seeds", type=int, help=f"dev seeds ({DEFAULTS['seeds']})")
@@ -426,8 +427,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.cpus:
         args.cpus = [int(c) for c in args.cpus.split(",")]
     args.out = args.out or os.path.join(args.data_dir, "compare_objectives")
-    script = os.path.relpath(os.path.abspath(__file__))
-    args.command = shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+    args.glue_dir = args.glue_dir or os.path.join(args.data_dir, "glue", "SST-2")
+    args.command = shlex.join(["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)])
     return args
 
 
@@ -440,8 +441,8 @@ def check_inputs(args: argparse.Namespace) -> None:
         for name in ("train.tsv", "dev.tsv"):
             if not os.path.isfile(os.path.join(args.glue_dir, name)):
                 raise ConfigError(
-                    f"--glue-dir: no {name} in {args.glue_dir} (SST-2's GLUE files; or pass "
-                    "--no-finetune)"
+                    f"--glue-dir: no {name} in {args.glue_dir} (SST-2's GLUE files; give their "
+                    "folder, GLUE_DIR=... with make, or pass --no-finetune)"
                 )
 
 
@@ -464,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
 
     def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # a kill of this script stops the runs as Ctrl-C does
+        raise KeyboardInterrupt  # a kill of this command stops the runs as Ctrl-C does
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:

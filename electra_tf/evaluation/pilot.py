@@ -1,6 +1,6 @@
-"""How long one pre-training step of a config takes: the pilot of `bench/compare_objectives.py`.
+"""How long one pre-training step of a config takes: the pilot of `compare_objectives`.
 
-    python bench/objective_pilot.py --data-dir D --preset P --hparams H.json --out pilot.json \\
+    python -m electra_tf.evaluation.pilot --data-dir D --preset P --hparams H.json --out pilot.json \\
         [--warmup-steps 5] [--timed-steps 30] [--launched-at EPOCH_SECONDS]
 
 Builds exactly what `python -m electra_tf.pretrain` builds for the same arguments (the config
@@ -10,7 +10,7 @@ times `--timed-steps` more. Nothing is written to the model directory. The JSON 
 
 - `seconds_per_step`: the timed steps' wall time over their number;
 - `startup_seconds`: from `--launched-at` (the launcher's clock when it started this process;
-  default: when this script started) to the end of the first step, i.e. interpreter and
+  default: when this module was imported) to the end of the first step, i.e. interpreter and
   TensorFlow start-up, input pipeline, model build and graph tracing: what a real run pays once;
 - `pilot_seconds`: from `--launched-at` to the end of the timed steps;
 - `real_tokens_per_step`: mean tokens with `input_mask` 1 per step over the timed steps;

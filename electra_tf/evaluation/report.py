@@ -1,4 +1,4 @@
-"""The report of `bench/compare_objectives.py`: a Markdown table, a JSON file, and where the
+"""The report of `compare_objectives`: a Markdown table, a JSON file, and where the
 measured ordering differs from the paper's Table 5. Pure functions on plain dicts (no
 TensorFlow), so the tests feed them hand-made numbers.
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 # The paper's Table 5 (Clark et al. 2020, Section 3.2; GLUE score, Base-size models), worst to
-# best, as issue #15 states it: BERT < ELECTRA 15% < Replace MLM < All-Tokens MLM < ELECTRA.
+# best: BERT < ELECTRA 15% < Replace MLM < All-Tokens MLM < ELECTRA.
 # Electric is from another paper and `random` is no objective: neither is compared.
 TABLE5_ORDER = ("bert_mlm", "electra_15", "replace_mlm", "all_tokens_mlm", "electra")
 DISPLAY_NAMES = {
@@ -54,7 +54,8 @@ def table5_comparison(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Every pair the paper orders is checked; a pair where the paper's better objective does not
     score strictly higher here is a disagreement. A disagreement smaller than the larger seed
     spread (max - min over seeds) of the two rows is marked as such: the seeds alone move a row
-    that much (`within_seed_spread` is None when neither row has two seeds). Returns `measured_order` (worst to best), `disagreements` and `statement`."""
+    that much (`within_seed_spread` is None when neither row has two seeds). Returns
+    `measured_order` (worst to best), `disagreements` and `statement`."""
     medians = {
         r["objective"]: r["dev_accuracy_median"]
         for r in rows
@@ -75,24 +76,7 @@ def table5_comparison(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         order += f" {'=' if medians[name] == medians[prev] else '<'} "
         order += f"{display(name)} {medians[name]:.2f}"
     lines.append(f"Here (dev median, worst to best): {order}.")
-    disagreements = []
-    for i, lower in enumerate(compared):
-        for higher in compared[i + 1 :]:
-            if medians[higher] > medians[lower]:
-                continue
-            gap = medians[lower] - medians[higher]
-            spreads = [
-                s for s in (_spread(trials[lower]), _spread(trials[higher])) if s is not None
-            ]
-            disagreements.append(
-                {
-                    "paper_lower": lower,
-                    "paper_higher": higher,
-                    "median_lower": medians[lower],
-                    "median_higher": medians[higher],
-                    "within_seed_spread": gap <= max(spreads) if spreads else None,
-                }
-            )
+    disagreements = _disagreements(compared, medians, trials)
     if not disagreements:
         lines.append("The ordering agrees with the paper's for every pair run.")
     else:
@@ -114,6 +98,32 @@ def table5_comparison(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "disagreements": disagreements,
         "statement": "\n".join(lines),
     }
+
+
+def _disagreements(
+    compared: Sequence[str], medians: Mapping[str, float], trials: Mapping[str, Sequence[float]]
+) -> list[dict[str, Any]]:
+    """The pairs of `compared` (in the paper's order, worst first) whose paper-better objective
+    does not score strictly higher here."""
+    found = []
+    for i, lower in enumerate(compared):
+        for higher in compared[i + 1 :]:
+            if medians[higher] > medians[lower]:
+                continue
+            gap = medians[lower] - medians[higher]
+            spreads = [
+                s for s in (_spread(trials[lower]), _spread(trials[higher])) if s is not None
+            ]
+            found.append(
+                {
+                    "paper_lower": lower,
+                    "paper_higher": higher,
+                    "median_lower": medians[lower],
+                    "median_higher": medians[higher],
+                    "within_seed_spread": gap <= max(spreads) if spreads else None,
+                }
+            )
+    return found
 
 
 def objective_row(

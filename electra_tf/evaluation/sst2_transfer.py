@@ -17,7 +17,7 @@ sentence (all but the validation slice) for E epochs, at the row's chosen learni
 with one TensorFlow thread (the rows' runs and caches do not overlap, and the fine-tuning
 TFRecords they share are written atomically).
 
-    python bench/sst2_transfer.py --glue-dir ../shared/data/glue/SST-2 --out data/sst2 \\
+    python -m electra_tf.evaluation.sst2_transfer --glue-dir data/glue/SST-2 --out data/sst2 \\
         --vocab-file pretrained/electra-tiny-gutenberg/vocab.txt \\
         --row electra=pretrained/electra-tiny-gutenberg --row random=random \\
         --random-shape configs/gutenberg.json
@@ -40,7 +40,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder that holds the electra_tf package (the checkout's root): the fine-tuning runs
+# start there and import the package from there.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
@@ -81,7 +83,7 @@ def random_init_hparams(shape_file: str) -> dict[str, Any]:
 
 def run_command(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     """One fine-tuning command in its own process: its exit code and the end of its output.
-    (bench/compare_objectives.py passes its own, to count runs or to run them in-process.)"""
+    (compare_objectives passes its own, to count runs or to run them in-process.)"""
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     return done.returncode, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -184,7 +186,8 @@ def lr_tag(lr: float) -> str:
     return f"{lr:g}".replace("-0", "-")
 
 
-def main(argv: list[str] | None = None, run: Any = run_command) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
+    """The command line, its paths made absolute, and the cores `--jobs` rows run on."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--glue-dir", required=True, help="Holds SST-2 train.tsv and dev.tsv.")
     parser.add_argument("--out", required=True, help="Work directory (data splits, runs).")
@@ -220,52 +223,53 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
     args.out, args.glue_dir = os.path.abspath(args.out), os.path.abspath(args.glue_dir)
     if os.sep in args.python:
         args.python = os.path.abspath(args.python)
+    return args, cpus
 
-    dirs = split_sst2(args.glue_dir, args.out, args.val_examples)
-    vocab_size = sum(1 for _ in open(args.vocab_file, encoding="utf-8"))
-    common = {
-        "max_seq_length": args.max_seq_length,
-        "num_train_epochs": args.epochs,
-        "layerwise_lr_decay": args.layerwise_lr_decay,
-        "vocab_file": os.path.abspath(args.vocab_file),
-        "vocab_size": vocab_size,
-        "overwrite": True,
-    }
-    lrs = [float(x) for x in args.lrs.split(",")]
-    summary: dict[str, Any] = {"protocol": {**vars(args), "lrs": lrs}, "rows": {}}
-    summary_lock = threading.Lock()
 
-    def write_summary() -> None:
-        with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+class Transfer:
+    """One call of the protocol: the SST-2 splits, the settings every row shares, and the
+    summary (`OUT/summary.json`), written again after each row."""
 
-    def one_row(row: str, run: Any) -> None:
+    def __init__(self, args: argparse.Namespace, run: Any):
+        self.args, self.run = args, run
+        self.dirs = split_sst2(args.glue_dir, args.out, args.val_examples)
+        vocab_size = sum(1 for _ in open(args.vocab_file, encoding="utf-8"))
+        self.common = {
+            "max_seq_length": args.max_seq_length,
+            "num_train_epochs": args.epochs,
+            "layerwise_lr_decay": args.layerwise_lr_decay,
+            "vocab_file": os.path.abspath(args.vocab_file),
+            "vocab_size": vocab_size,
+            "overwrite": True,
+        }
+        self.lrs = [float(x) for x in args.lrs.split(",")]
+        self.summary: dict[str, Any] = {"protocol": {**vars(args), "lrs": self.lrs}, "rows": {}}
+        self.lock = threading.Lock()
+
+    def write_summary(self) -> None:
+        with open(os.path.join(self.args.out, "summary.json"), "w", encoding="utf-8") as f:
+            json.dump(self.summary, f, indent=2)
+
+    def init_hparams(self, init: str) -> dict[str, Any]:
+        if init != "random":
+            return {"init_checkpoint": os.path.abspath(init)}
+        if not self.args.random_shape:
+            raise SystemExit("error: a random row needs --random-shape")
+        return random_init_hparams(self.args.random_shape)
+
+    def one_row(self, row: str, run: Any) -> None:
+        """The sweep on the validation split, then the seeds on dev (and the full-data trial)."""
+        a = self.args
         name, _, init = row.partition("=")
-        if init == "random":
-            if not args.random_shape:
-                raise SystemExit("error: a random row needs --random-shape")
-            init_hparams = random_init_hparams(args.random_shape)
-        else:
-            init_hparams = {"init_checkpoint": os.path.abspath(init)}
-        base = {**common, **init_hparams, "max_train_examples": args.train_examples}
+        base = {**self.common, **self.init_hparams(init), "max_train_examples": a.train_examples}
         sweep = {}
-        for lr in lrs if len(lrs) > 1 else []:
-            swept = finetune(
-                dirs["val"],
-                f"{name}_val_lr{lr_tag(lr)}",
-                {**base, "learning_rate": lr},
-                args.python,
-                run,
-            )
+        for lr in self.lrs if len(self.lrs) > 1 else []:
+            hparams = {**base, "learning_rate": lr}
+            swept = finetune(self.dirs["val"], f"{name}_val_lr{lr_tag(lr)}", hparams, a.python, run)
             sweep[lr] = swept["median"]["sst"]["accuracy"]
-        best = max(lrs, key=lambda lr: sweep.get(lr, 0.0))
-        dev = finetune(
-            dirs["dev"],
-            f"{name}_dev_lr{lr_tag(best)}",
-            {**base, "learning_rate": best, "num_trials": args.seeds},
-            args.python,
-            run,
-        )
+        best = max(self.lrs, key=lambda lr: sweep.get(lr, 0.0))
+        hparams = {**base, "learning_rate": best, "num_trials": a.seeds}
+        dev = finetune(self.dirs["dev"], f"{name}_dev_lr{lr_tag(best)}", hparams, a.python, run)
         trials = [t["sst"]["accuracy"] for t in dev["trials"]]
         result = {
             "init": init,
@@ -274,50 +278,66 @@ def main(argv: list[str] | None = None, run: Any = run_command) -> int:
             "dev_accuracy_trials": trials,
             "dev_accuracy_median": statistics.median(trials),
         }
-        if args.full_epochs:
-            full = {**base, "learning_rate": best, "num_train_epochs": args.full_epochs}
+        if a.full_epochs:
+            full = {**base, "learning_rate": best, "num_train_epochs": a.full_epochs}
             full["max_train_examples"] = None
-            done = finetune(dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, args.python, run)
+            done = finetune(self.dirs["dev"], f"{name}_full_lr{lr_tag(best)}", full, a.python, run)
             result["full_dev_accuracy"] = done["median"]["sst"]["accuracy"]
-        with summary_lock:
-            summary["rows"][name] = result
-            write_summary()
+        with self.lock:
+            self.summary["rows"][name] = result
+            self.write_summary()
 
-    if args.jobs == 1:
-        for row in args.row:
-            one_row(row, run)
-    else:
-        free = queue.Queue()
-        for cpu in cpus:
-            free.put(cpu)
-
-        def pinned_row(row: str) -> None:
-            cpu = free.get()  # one row at a time per core; its runs go to that core
-            try:
-                one_row(row, lambda command, env: run(pinned(command, cpu), one_thread(env)))
-            finally:
+    def run_rows(self, cpus: list[int]) -> dict[str, Any]:
+        """Every row, one at a time or `--jobs` at once (one core each); the rows' results in
+        the order they were given, whatever order they finished in."""
+        rows = self.args.row
+        if self.args.jobs == 1:
+            for row in rows:
+                self.one_row(row, self.run)
+        else:
+            free: queue.Queue[int] = queue.Queue()
+            for cpu in cpus:
                 free.put(cpu)
 
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for done in [pool.submit(pinned_row, row) for row in args.row]:
-                done.result()  # re-raises a failed row's error
-    # The summary in the order the rows were given, whatever order they finished in.
-    order = [row.partition("=")[0] for row in args.row]
-    summary["rows"] = {name: summary["rows"][name] for name in order}
-    write_summary()
+            def pinned_row(row: str) -> None:
+                cpu = free.get()  # one row at a time per core; its runs go to that core
+                try:
 
+                    def pin(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+                        return self.run(pinned(command, cpu), one_thread(env))
+
+                    self.one_row(row, pin)
+                finally:
+                    free.put(cpu)
+
+            with ThreadPoolExecutor(self.args.jobs) as pool:
+                for done in [pool.submit(pinned_row, row) for row in rows]:
+                    done.result()  # re-raises a failed row's error
+        order = [row.partition("=")[0] for row in rows]
+        self.summary["rows"] = {name: self.summary["rows"][name] for name in order}
+        self.write_summary()
+        return self.summary["rows"]
+
+
+def print_table(rows: dict[str, Any], full_epochs: bool) -> None:
     print(
         "\n| init | val accuracy by lr | lr | dev accuracy (seeds) | median |"
-        + (" all train |" if args.full_epochs else "")
+        + (" all train |" if full_epochs else "")
     )
-    print("| --- | --- | --- | --- | --- |" + (" --- |" if args.full_epochs else ""))
-    for name, r in summary["rows"].items():
+    print("| --- | --- | --- | --- | --- |" + (" --- |" if full_epochs else ""))
+    for name, r in rows.items():
         by_lr = ", ".join(f"{lr}: {acc:.2f}" for lr, acc in r["val_accuracy_by_lr"].items())
         trials = " / ".join(f"{a:.2f}" for a in r["dev_accuracy_trials"])
         full = f" {r['full_dev_accuracy']:.2f} |" if "full_dev_accuracy" in r else ""
         print(
             f"| {name} | {by_lr} | {r['lr']:g} | {trials} | {r['dev_accuracy_median']:.2f} |{full}"
         )
+
+
+def main(argv: list[str] | None = None, run: Any = run_command) -> int:
+    args, cpus = parse_args(argv)
+    rows = Transfer(args, run).run_rows(cpus)
+    print_table(rows, bool(args.full_epochs))
     return 0
 
 

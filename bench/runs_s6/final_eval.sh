@@ -1,8 +1,0 @@
-#!/bin/bash
-# final.sh CPU NAME EXTRA : the #12 session-6 comparison runs, one core each
-cd "$(dirname "$0")/../.."
-CPU=$1; NAME=$2; EXTRA=$3
-H="{\"pretrain_tfrecords\": \"data/g64/pretrain_tfrecords/pretrain_data.tfrecord*\", \"eval_tfrecords\": \"data/g64/tfrecords-heldout/pretrain_data.tfrecord*\", \"max_seq_length\": 64, \"save_checkpoints_steps\": 500, \"num_eval_steps\": 30, \"model_hparam_overrides\": {\"hidden_size\": 256, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"intermediate_size\": 1024, \"hidden_dropout_prob\": 0.1, \"attention_probs_dropout_prob\": 0.1}, \"num_warmup_steps\": 400, $EXTRA}"
-echo "$H" > data/g64/logs/$NAME.hparams
-TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=2 \
-  nice taskset -c $CPU .venv/bin/python -m electra_tf.pretrain --data-dir data/g64 --model-name $NAME --preset gutenberg --hparams "$H" $EXTRA_ARGS

@@ -1,0 +1,17 @@
+"""Does pre-training help, and which objective helps most? Two tools, run from the repository
+root (with this package importable) as modules:
+
+- `python -m electra_tf.evaluation.compare_objectives` (`make compare-objectives`): pre-training
+  objectives (`configs/ablations/*.json`) at equal wall time, then SST-2 from each final
+  discriminator and from a random initialisation of the same shape. Its parts: `pilot` (the
+  seconds per step of one objective, measured as its run will go), `plan` (the steps a budget
+  buys, and the checks on the inputs), `launcher` (the runs as processes, two at a time pinned
+  to a core each) and `report` (`results.md` / `results.json`, and the ordering against the
+  paper's Table 5).
+- `python -m electra_tf.evaluation.sst2_transfer`: the SST-2 fine-tuning protocol alone, for any
+  list of initialisations (checkpoints or `random`): learning rate chosen on a slice of the
+  training set, then the median of several seeds on the dev set.
+
+Every fine-tuning and pre-training run is the project's own `python -m electra_tf.finetune` /
+`python -m electra_tf.pretrain`, so the figures are what a user of those commands gets.
+"""
