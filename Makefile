@@ -33,12 +33,12 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check electra_tf data_prep tests bench
-	$(VENV)/bin/ruff format --check electra_tf data_prep tests bench
+	$(VENV)/bin/ruff check electra_tf data_prep tests bench tools
+	$(VENV)/bin/ruff format --check electra_tf data_prep tests bench tools
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format electra_tf data_prep tests bench
-	$(VENV)/bin/ruff check --fix electra_tf data_prep tests bench
+	$(VENV)/bin/ruff format electra_tf data_prep tests bench tools
+	$(VENV)/bin/ruff check --fix electra_tf data_prep tests bench tools
 
 # With no DATA_DIR, build the embedded default corpus (no download) first; it is reused once built.
 default-data: $(STAMP)

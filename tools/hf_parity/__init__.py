@@ -1,0 +1,1 @@
+"""Hugging Face parity: this project's outputs against transformers' PyTorch ELECTRA."""
