@@ -151,7 +151,12 @@ def _open_text(stream: IO[bytes], name: str) -> TextFile:
 def iter_text_files(item: CorpusInput) -> Iterator[TextFile]:
     """The text files of one input: itself, or each regular member of a tar archive."""
     if not item.is_tar:
-        with open(item.path, "rb") as raw:
+        try:
+            raw = open(item.path, "rb")  # noqa: SIM115 - closed below
+        except OSError as err:  # permissions, a file removed since the listing
+            yield TextFile(item.name, io.BytesIO(), skip_reason=f"unreadable ({err.strerror})")
+            return
+        with raw:
             yield _open_text(_decompressed(raw, item.name), item.name)
         return
     # Stream mode ("r|*"): compressed archives are read once, front to back.

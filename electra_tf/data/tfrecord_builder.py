@@ -88,11 +88,12 @@ class BuildStats:
     example_tokens: int = 0  # positions with input_mask 1 ([CLS]/[SEP] included)
     padding: int = 0  # positions with input_mask 0
     seconds: float = 0.0
+    vocab_size: int = 0  # entries of the vocabulary the ids index (the run checks its model's)
     shards: int = 0
 
     def add(self, other: BuildStats) -> None:
         for field in dataclasses.fields(self):
-            if field.name in ("seconds", "shards"):
+            if field.name in ("seconds", "shards", "vocab_size"):
                 continue
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
@@ -310,7 +311,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
 
 def _build(options: BuildOptions, inputs: list[CorpusInput], staging: str) -> BuildStats:
     start = time.perf_counter()
-    stats = BuildStats()
+    stats = BuildStats(vocab_size=id_count(load_vocab(options.vocab_file)))
     n = options.num_out_files
     final_paths = [os.path.join(staging, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)]
     spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=staging)
