@@ -5,11 +5,15 @@ for `make reliability` (tests/reliability_cases.py) before it asserts."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
-from pretrain_harness import hparams, write_corpus
-from reliability_cases import last_line, record
+from pretrain_harness import ROOT, hparams, write_corpus
+from reliability_cases import last_line, record, wait_for
 
 from electra_tf.atomic_io import write_text
 from electra_tf.checkpoints.safetensors_io import SafetensorsError, load_file
@@ -193,3 +197,103 @@ def test_an_atomic_write_never_writes_through_a_planted_link(tmp_path):
     (tmp_path / f"config.json.tmp-{os.getpid()}").write_text("stale")  # a killed run's leftover
     write_text(str(out), "{}")
     assert out.read_text() == "{}" and not os.path.exists(f"{out}.tmp-{os.getpid()}")
+
+
+# ------------------------------------------------------------------ corpus builds
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[chr(c) for c in range(97, 123)]]
+
+
+def _build_args(tmp_path, corpus_dir, output, *extra):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    return [
+        "--corpus-dir", str(corpus_dir), "--vocab-file", str(vocab), "--output-dir", str(output),
+        "--max-seq-length", "32", "--num-out-files", "2", "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+def test_a_giant_line_is_reported_with_its_length(tmp_path, capsys):
+    from electra_tf.cli import build_tfrecords
+
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    (corpus_dir / "a.txt").write_text("a b c d\n" * 40 + " ".join("x" * 2000) + "\n")
+    assert build_tfrecords.main(_build_args(tmp_path, corpus_dir, tmp_path / "out")) == 0
+    out = capsys.readouterr().out
+    record("handled", "one giant line", "warning naming file:line and length", last_line(out))
+    assert "a.txt:41 (3,999 characters, 2,000 tokens)" in out and "warning:" in out
+
+
+def test_an_output_folder_inside_the_corpus_is_not_read_back(tmp_path, capsys):
+    from electra_tf.cli import build_tfrecords
+
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    (corpus_dir / "a.txt").write_text("a b c d e f\n" * 60)
+    args = _build_args(tmp_path, corpus_dir, corpus_dir / "records")
+    assert build_tfrecords.main(args) == 0
+    first = json.loads((corpus_dir / "records" / "build_summary.json").read_text())["stats"]
+    assert build_tfrecords.main([*args, "--overwrite"]) == 0
+    second = json.loads((corpus_dir / "records" / "build_summary.json").read_text())["stats"]
+    record(
+        "handled",
+        "output folder inside the corpus, rebuilt",
+        "same inputs both times",
+        f"inputs {first['input_files']} then {second['input_files']}",
+    )
+    assert first["input_files"] == second["input_files"] == 1
+
+
+def test_sigterm_during_a_two_process_build_leaves_nothing_behind(tmp_path):
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(40):
+        words = rng.integers(97, 123, size=(4000, 6))
+        text = "\n".join(" ".join(chr(c) * 3 for c in row) for row in words)
+        (corpus_dir / f"{k:02d}.txt").write_text(text + "\n")
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "electra_tf.cli.build_tfrecords"]
+    args = _build_args(tmp_path, corpus_dir, output, "--num-processes", "2")
+    command += [a for a in args if a != "--no-progress"]  # progress lines: workers running
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    wait_for(lambda: any(n.startswith(".staging-") for n in _listing(output)), 120, proc)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    record("handled", "SIGTERM during a 2-process build", "exit 143, nothing left", last_line(err))
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert _listing(output) == [], _listing(output)
+
+
+def _listing(folder):
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+# ------------------------------------------------------------------ fine-tuning TSVs
+def test_a_tsv_that_is_not_utf8_or_has_a_huge_field_is_named_by_line(tmp_path):
+    from electra_tf.finetuning.glue import read_tsv
+    from electra_tf.finetuning.task import DataError
+
+    bad = tmp_path / "train.tsv"
+    bad.write_bytes(b"sentence\tlabel\ngood\t1\nbad \xff byte\t0\n")
+    with pytest.raises(DataError, match=r"train.tsv:3: not UTF-8 text") as caught:
+        read_tsv(str(bad))
+    record("7", "train.tsv with a non-UTF-8 byte", "DataError naming file:line", str(caught.value))
+    huge = tmp_path / "dev.tsv"
+    huge.write_text("sentence\tlabel\n" + "w" * 200_000 + "\t1\n")
+    with pytest.raises(DataError, match=r"dev.tsv:2: unreadable row \(field larger") as caught:
+        read_tsv(str(huge))
+    record("7", "a 200,000-character field", "DataError naming file:line", str(caught.value))
+
+
+def test_rows_with_extra_columns_are_read_and_reported(capsys, tmp_path):
+    from electra_tf.finetuning.glue import warn_ragged_rows
+
+    rows = [(1, ["sentence", "label"]), (2, ["a", "1"]), (3, ["b", "0", "extra"])]
+    warn_ragged_rows(str(tmp_path / "train.tsv"), rows)
+    err = capsys.readouterr().err
+    record("handled", "TSV row with an extra column", "a warning naming the line", err.strip())
+    assert "1 row(s) have a column count other than the header's 2 (first at line 3)" in err

@@ -51,13 +51,20 @@ def _is_tar(path: str) -> bool:
         return False
 
 
-def list_inputs(corpus_dir: str) -> list[CorpusInput]:
-    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path."""
+def list_inputs(corpus_dir: str, exclude: str | None = None) -> list[CorpusInput]:
+    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path, outside the
+    folder `exclude` (a build's output folder placed inside its corpus: its own records and
+    summary are not text to read on the next build)."""
     if not os.path.isdir(corpus_dir):
         raise CorpusError(f"corpus directory not found: {corpus_dir}")
+    skip = os.path.realpath(exclude) if exclude else None
     found = []
     for root, dirs, files in os.walk(corpus_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".") and os.path.realpath(os.path.join(root, d)) != skip
+        )
         for fname in sorted(files):
             if fname.startswith("."):
                 continue
