@@ -122,6 +122,21 @@ def check_model_overrides(overrides: Mapping[str, Any], where: str) -> None:
     )
 
 
+def check_model_name(name: str, key: str = "model_name") -> None:
+    """A model name is one folder name under `<data-dir>/models`: `../x` or an absolute path
+    would write outside it without a word (`model_dir` names any other folder)."""
+    if (
+        not name
+        or name in (".", "..")
+        or os.path.isabs(name)
+        or any(sep in name for sep in ("/", "\\", os.sep))
+    ):
+        raise ConfigError(
+            f"{key}: {name!r} is not a folder name; a model lives in <data-dir>/models/<name>. "
+            "To put it elsewhere, set model_dir to the folder instead"
+        )
+
+
 def check_head_split(config: PretrainingConfig) -> None:
     """Each encoder's hidden width splits evenly over its attention heads (the original's
     `BertModel` raises on the same condition, from deep inside graph construction)."""
@@ -390,6 +405,8 @@ class PretrainingConfig:
             raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
         check_objective_variant(self)
         check_head_split(self)
+        if not self.model_dir:
+            check_model_name(self.model_name)
         if self.do_train == self.do_eval:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:

@@ -297,3 +297,36 @@ def test_rows_with_extra_columns_are_read_and_reported(capsys, tmp_path):
     err = capsys.readouterr().err
     record("handled", "TSV row with an extra column", "a warning naming the line", err.strip())
     assert "1 row(s) have a column count other than the header's 2 (first at line 3)" in err
+
+
+# ------------------------------------------------------------------ where things are written
+@pytest.mark.parametrize("name", ["../../x", "/abs/x", "a/b", ".."])
+def test_a_model_name_that_leaves_the_models_folder_is_refused(tmp_path, capsys, name):
+    data = write_corpus(tmp_path / "data", num_records=8)
+    argv = ["--data-dir", str(data), "--model-name", name, "--preset", "tiny"]
+    code = pretrain.main([*argv, "--hparams", hparams(num_train_steps=2)])
+    err = capsys.readouterr().err
+    record("8", f"--model-name {name}", "exit 2 naming the key", last_line(err))
+    assert code == 2 and f"model_name: {name!r} is not a folder name" in err
+    assert sorted(os.listdir(tmp_path)) == ["data"] and not (data / "models").exists()
+
+
+def test_an_input_mask_other_than_0_or_1_is_named(tmp_path):
+    import tensorflow as tf
+
+    path = tmp_path / "pretrain_data.tfrecord-0-of-1"
+    ints = lambda values: tf.train.Feature(int64_list=tf.train.Int64List(value=values))  # noqa: E731
+    example = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "input_ids": ints([2, 7, 3, 0]),
+                "input_mask": ints([1, 7, 1, 0]),
+                "segment_ids": ints([0, 0, 0, 0]),
+            }
+        )
+    )
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(example.SerializeToString())
+    with pytest.raises(InputDataError, match=r"record 0 holds input_mask value\(s\) \[7\]") as e:
+        check_input_files([str(path)], 4, vocab_size=10)
+    record("handled", "input_mask value 7", "refused naming file and record", str(e.value))

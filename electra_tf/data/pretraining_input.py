@@ -94,8 +94,8 @@ def walk_records(path: str) -> int:
 
 
 def check_token_ids(files: list[str], vocab_size: int, records_per_file: int = 64) -> None:
-    """The first records of each file hold token ids inside the model's vocabulary, and so
-    does the builder's summary beside them. On CPU an id >= vocab_size fails deep inside the
+    """The first records of each file hold token ids inside the model's vocabulary and an
+    input_mask of 0s and 1s, and the builder's summary beside them agrees. On CPU an id >= vocab_size fails deep inside the
     embedding gather; on GPU TensorFlow's gather returns zeros and training goes on silently."""
     summaries = {os.path.join(os.path.dirname(path), SUMMARY_FILE) for path in files}
     for summary in sorted(p for p in summaries if os.path.isfile(p)):
@@ -113,13 +113,21 @@ def check_token_ids(files: list[str], vocab_size: int, records_per_file: int = 6
         if not os.path.exists(path):
             continue  # remote (gs://...): read only by the pipeline
         for index, raw in enumerate(tf.data.TFRecordDataset(path).take(records_per_file)):
-            ids = tf.train.Example.FromString(raw.numpy()).features.feature["input_ids"]
-            largest = max(ids.int64_list.value, default=0)
-            if largest >= vocab_size or min(ids.int64_list.value, default=0) < 0:
+            features = tf.train.Example.FromString(raw.numpy()).features.feature
+            ids = features["input_ids"].int64_list.value
+            largest = max(ids, default=0)
+            if largest >= vocab_size or min(ids, default=0) < 0:
                 raise InputDataError(
                     f"{path}: record {index} holds token id {largest}, outside the model's "
                     f"vocabulary (vocab_size {vocab_size}); the data was built with another "
                     "vocabulary: use its vocab.txt (vocab_file) or rebuild the data"
+                )
+            odd = set(features["input_mask"].int64_list.value) - {0, 1}
+            if odd:
+                # The model reads the mask as "== 1": any other value would act as padding.
+                raise InputDataError(
+                    f"{path}: record {index} holds input_mask value(s) {sorted(odd)}; a mask "
+                    "is 1 for tokens and 0 for padding"
                 )
 
 
