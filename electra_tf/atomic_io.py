@@ -7,6 +7,7 @@ carries the process id, so workers writing the same path do not trample each oth
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,15 +18,22 @@ def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     """Writes `data` to `path` atomically; `sync` also flushes it to disk before the rename."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
+    if os.path.islink(tmp):
+        raise OSError(errno.ELOOP, "a symbolic link stands at the temporary name", tmp)
+    if os.path.lexists(tmp):
+        os.remove(tmp)  # left by a killed process that had our pid
     try:
-        with open(tmp, "wb") as f:
+        # O_EXCL | O_NOFOLLOW: a file or link planted at the temporary name is never written
+        # through (the rename then replaces only `path` itself, never a link's target).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             if sync:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
+        if not isinstance(e, FileExistsError) and os.path.lexists(tmp):
             os.remove(tmp)
         if isinstance(e, OSError) and e.errno is not None and not e.filename:
             # A full disk fails in write() or close(), whose errors name no file.

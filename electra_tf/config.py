@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -72,6 +73,10 @@ def check_types(config: Any) -> None:
             raise ConfigError(
                 f"{f.name}: {value!r} is a {type(value).__name__}, expected {expected}"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            # JSON's Infinity / NaN and 1e999 parse as floats: a learning rate of inf trains
+            # NaN weights and saves them.
+            raise ConfigError(f"{f.name}: {value!r} is not a finite number")
 
 
 def check_ranges(
@@ -115,6 +120,37 @@ def check_model_overrides(overrides: Mapping[str, Any], where: str) -> None:
         positive=("initializer_range",),
         probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
     )
+
+
+def check_model_name(name: str, key: str = "model_name") -> None:
+    """A model name is one folder name under `<data-dir>/models`: `../x` or an absolute path
+    would write outside it without a word (`model_dir` names any other folder)."""
+    if (
+        not name
+        or name in (".", "..")
+        or os.path.isabs(name)
+        or any(sep in name for sep in ("/", "\\", os.sep))
+    ):
+        raise ConfigError(
+            f"{key}: {name!r} is not a folder name; a model lives in <data-dir>/models/<name>. "
+            "To put it elsewhere, set model_dir to the folder instead"
+        )
+
+
+def check_head_split(config: PretrainingConfig) -> None:
+    """Each encoder's hidden width splits evenly over its attention heads (the original's
+    `BertModel` raises on the same condition, from deep inside graph construction)."""
+    networks = [("", config.discriminator_config())]
+    if config.untied_generator:
+        networks.append(("generator ", config.generator_config()))
+    for which, model in networks:
+        hidden, heads = model.hidden_size, model.num_attention_heads
+        if hidden % heads:
+            raise ConfigError(
+                f"num_attention_heads: the {which}hidden_size {hidden} is not a multiple of "
+                f"num_attention_heads {heads} (each head takes hidden_size / "
+                "num_attention_heads dimensions); set both in model_hparam_overrides"
+            )
 
 
 def check_objective_variant(config: PretrainingConfig) -> None:
@@ -368,6 +404,9 @@ class PretrainingConfig:
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob: {self.mask_prob} must be in (0, 1)")
         check_objective_variant(self)
+        check_head_split(self)
+        if not self.model_dir:
+            check_model_name(self.model_name)
         if self.do_train == self.do_eval:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:

@@ -79,8 +79,15 @@ class RunLock:
         while True:
             try:
                 os.makedirs(self.directory, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                # O_NOFOLLOW: a lock file planted as a link must not make us write the lock's
+                # JSON into whatever it points at.
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise LockError(
+                        f"lock file {self.path} is a symbolic link; refusing to write through "
+                        "it (remove the link)"
+                    ) from None
                 # A read-only or full file system: say so before any work starts.
                 raise LockError(
                     f"cannot write to {self.what} {self.directory}: {e.strerror}"

@@ -66,6 +66,11 @@ def _dtype_code(dtype: np.dtype, where: str) -> str:
     raise SafetensorsError(f"{where}: cannot store dtype {dtype} in safetensors")
 
 
+def _is_count(value: object) -> bool:
+    # JSON's true/false parse as bool, a subclass of int: not a size.
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def load_file_with_metadata(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Reads every tensor of `path` into NumPy arrays (native byte order) plus `__metadata__`."""
     with open(path, "rb") as f:
@@ -98,9 +103,15 @@ def load_file_with_metadata(path: str) -> tuple[dict[str, np.ndarray], dict[str,
             code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
         except (TypeError, KeyError, ValueError) as e:
             raise SafetensorsError(f"{where}: needs dtype, shape and data_offsets ({e})") from e
+        if not isinstance(code, str):
+            raise SafetensorsError(f"{where}: dtype {code!r} is not a string")
         dtype = _numpy_dtype(code, where)
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise SafetensorsError(f"{where}: bad shape {shape}")
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+            raise SafetensorsError(f"{where}: shape {shape!r} is not a list of integers >= 0")
+        if not (_is_count(begin) and _is_count(end)):
+            raise SafetensorsError(
+                f"{where}: data_offsets {[begin, end]!r} are not two integers >= 0"
+            )
         expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not (0 <= begin <= end <= len(buffer)) or end - begin != expected:
             raise SafetensorsError(

@@ -38,8 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
+    if os.path.isdir(args.vocab_file):
+        print(f"error: --vocab-file {args.vocab_file} is a folder; name a file", file=sys.stderr)
+        return 2
     if os.path.exists(args.vocab_file) and not args.overwrite:
         print(f"error: {args.vocab_file} exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    try:
+        vocab_learning.check_vocab_size(args.vocab_size)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     start = time.perf_counter()
     max_bytes = int(args.max_corpus_mb * 1e6) or None

@@ -51,13 +51,20 @@ def _is_tar(path: str) -> bool:
         return False
 
 
-def list_inputs(corpus_dir: str) -> list[CorpusInput]:
-    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path."""
+def list_inputs(corpus_dir: str, exclude: str | None = None) -> list[CorpusInput]:
+    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path, outside the
+    folder `exclude` (a build's output folder placed inside its corpus: its own records and
+    summary are not text to read on the next build)."""
     if not os.path.isdir(corpus_dir):
         raise CorpusError(f"corpus directory not found: {corpus_dir}")
+    skip = os.path.realpath(exclude) if exclude else None
     found = []
     for root, dirs, files in os.walk(corpus_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".") and os.path.realpath(os.path.join(root, d)) != skip
+        )
         for fname in sorted(files):
             if fname.startswith("."):
                 continue
@@ -151,7 +158,12 @@ def _open_text(stream: IO[bytes], name: str) -> TextFile:
 def iter_text_files(item: CorpusInput) -> Iterator[TextFile]:
     """The text files of one input: itself, or each regular member of a tar archive."""
     if not item.is_tar:
-        with open(item.path, "rb") as raw:
+        try:
+            raw = open(item.path, "rb")  # noqa: SIM115 - closed below
+        except OSError as err:  # permissions, a file removed since the listing
+            yield TextFile(item.name, io.BytesIO(), skip_reason=f"unreadable ({err.strerror})")
+            return
+        with raw:
             yield _open_text(_decompressed(raw, item.name), item.name)
         return
     # Stream mode ("r|*"): compressed archives are read once, front to back.

@@ -13,11 +13,14 @@ original issue #102).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
 
 import tensorflow as tf
+
+from electra_tf.data.tfrecord_builder import SUMMARY_FILE
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
 
@@ -90,10 +93,49 @@ def walk_records(path: str) -> int:
     return count
 
 
-def check_input_files(files: list[str], max_seq_length: int) -> None:
+def check_token_ids(files: list[str], vocab_size: int, records_per_file: int = 64) -> None:
+    """The first records of each file hold token ids inside the model's vocabulary and an
+    input_mask of 0s and 1s, and the builder's summary beside them agrees. On CPU an id >= vocab_size fails deep inside the
+    embedding gather; on GPU TensorFlow's gather returns zeros and training goes on silently."""
+    summaries = {os.path.join(os.path.dirname(path), SUMMARY_FILE) for path in files}
+    for summary in sorted(p for p in summaries if os.path.isfile(p)):
+        try:
+            with open(summary, encoding="utf-8") as f:
+                built = json.load(f).get("stats", {}).get("vocab_size")
+        except (OSError, ValueError, AttributeError):
+            continue  # an unreadable summary: the records below still decide
+        if isinstance(built, int) and built > vocab_size:
+            raise InputDataError(
+                f"{summary}: the data was built with a {built}-entry vocabulary, but the model's "
+                f"vocab_size is {vocab_size}; use the data's vocabulary (vocab_file) or rebuild"
+            )
+    for path in files:
+        if not os.path.exists(path):
+            continue  # remote (gs://...): read only by the pipeline
+        for index, raw in enumerate(tf.data.TFRecordDataset(path).take(records_per_file)):
+            features = tf.train.Example.FromString(raw.numpy()).features.feature
+            ids = features["input_ids"].int64_list.value
+            largest = max(ids, default=0)
+            if largest >= vocab_size or min(ids, default=0) < 0:
+                raise InputDataError(
+                    f"{path}: record {index} holds token id {largest}, outside the model's "
+                    f"vocabulary (vocab_size {vocab_size}); the data was built with another "
+                    "vocabulary: use its vocab.txt (vocab_file) or rebuild the data"
+                )
+            odd = set(features["input_mask"].int64_list.value) - {0, 1}
+            if odd:
+                # The model reads the mask as "== 1": any other value would act as padding.
+                raise InputDataError(
+                    f"{path}: record {index} holds input_mask value(s) {sorted(odd)}; a mask "
+                    "is 1 for tokens and 0 for padding"
+                )
+
+
+def check_input_files(files: list[str], max_seq_length: int, vocab_size: int | None = None) -> None:
     """Before a model is built: every local file is whole (record headers walked to the end),
-    its first record parses with the expected lengths, and at least one record exists.
-    Each failure is an InputDataError naming the file."""
+    its first record parses with the expected lengths, at least one record exists, and (given
+    `vocab_size`) the first records' token ids fit the vocabulary. Each failure is an
+    InputDataError naming the file."""
     total = 0
     remote = [path for path in files if not os.path.exists(path)]  # gs://...: not walked
     if remote:
@@ -110,6 +152,8 @@ def check_input_files(files: list[str], max_seq_length: int) -> None:
             f"no records in the {len(files)} file(s) matched, e.g. {files[0]}; "
             "rebuild the data (data_prep/build_tfrecords.py)"
         )
+    if vocab_size is not None:
+        check_token_ids(files, vocab_size)
 
 
 def locate_corrupt_record(files: list[str]) -> str | None:

@@ -26,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from electra_tf.run_lock import RunLock
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
 SUMMARY_FILE = "build_summary.json"
+LONG_LINE_EXAMPLES = 8  # a line with more tokens than this many examples is reported
 _OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")
 _SPOOL_PREFIX = ".spool-"
 _STAGING_PREFIX = ".staging-"
@@ -78,6 +80,9 @@ class BuildStats:
     input_files: int = 0
     text_files: int = 0
     skipped: list[str] = dataclasses.field(default_factory=list)  # "name: reason"
+    # "name:line (N characters, T tokens)" of lines far longer than an example: the original's
+    # packing puts a line in one example, so all but its first max_seq_length tokens are lost.
+    long_lines: list[str] = dataclasses.field(default_factory=list)
     bytes_read: int = 0
     replaced_chars: int = 0
     documents: int = 0
@@ -88,11 +93,12 @@ class BuildStats:
     example_tokens: int = 0  # positions with input_mask 1 ([CLS]/[SEP] included)
     padding: int = 0  # positions with input_mask 0
     seconds: float = 0.0
+    vocab_size: int = 0  # entries of the vocabulary the ids index (the run checks its model's)
     shards: int = 0
 
     def add(self, other: BuildStats) -> None:
         for field in dataclasses.fields(self):
-            if field.name in ("seconds", "shards"):
+            if field.name in ("seconds", "shards", "vocab_size"):
                 continue
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
@@ -111,6 +117,13 @@ class BuildStats:
         if self.skipped:
             shown = ", ".join(self.skipped[:5]) + (" ..." if len(self.skipped) > 5 else "")
             lines.append(f"skipped {len(self.skipped)} file(s): {shown}")
+        if self.long_lines:
+            shown = ", ".join(self.long_lines[:3]) + (" ..." if len(self.long_lines) > 3 else "")
+            lines.append(
+                f"warning: {len(self.long_lines)} line(s) hold over {LONG_LINE_EXAMPLES} "
+                f"examples' worth of tokens and were cut to one example each: {shown}; "
+                "split such text into lines (sentences or paragraphs)"
+            )
         return "\n".join(lines)
 
 
@@ -118,7 +131,17 @@ class BuildStats:
 _worker: dict = {}
 
 
+def _quiet_worker_signals() -> None:
+    """A worker leaves stopping to the parent: Ctrl-C reaches the whole process group, and the
+    parent's clean-up terminates the pool, so a worker exits at once and without a traceback
+    (it used to print BrokenPipe / KeyboardInterrupt tracebacks on the way out)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+
+
 def _init_worker(options: BuildOptions, spool_dir: str, progress_counter) -> None:
+    if multiprocessing.parent_process() is not None:
+        _quiet_worker_signals()
     tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case, options.strip_accents)
     _worker.update(
         options=options,
@@ -164,7 +187,7 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
             builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
             in_document = False
             reported = 0
-            for line in text_file.lines(options.strip_gutenberg):
+            for number, line in enumerate(text_file.lines(options.strip_gutenberg), 1):
                 line = line.strip()
                 if not line:
                     if options.blanks_separate_docs:
@@ -172,6 +195,11 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
                         in_document = False
                     continue
                 ids = tokenizer.tokenize_to_ids(line)
+                if len(ids) > LONG_LINE_EXAMPLES * options.max_seq_length:
+                    where = f"{text_file.name}:{number}"
+                    stats.long_lines.append(
+                        f"{where} ({len(line):,} characters, {len(ids):,} tokens)"
+                    )
                 stats.lines += 1
                 stats.tokens += len(ids)
                 stats.unk_tokens += ids.count(unk_id)
@@ -273,7 +301,7 @@ def check_options(options: BuildOptions) -> list[CorpusInput]:
             f"max_seq_length must be at least {MIN_SEQ_LENGTH}, got {options.max_seq_length}"
         )
     load_vocab(options.vocab_file)  # fail before any work if a special token is missing
-    inputs = list_inputs(options.corpus_dir)
+    inputs = list_inputs(options.corpus_dir, exclude=options.output_dir)
     if not inputs:
         raise CorpusError(f"no files in corpus directory {options.corpus_dir}")
     check_output_dir(options.output_dir, options.overwrite)
@@ -310,7 +338,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
 
 def _build(options: BuildOptions, inputs: list[CorpusInput], staging: str) -> BuildStats:
     start = time.perf_counter()
-    stats = BuildStats()
+    stats = BuildStats(vocab_size=id_count(load_vocab(options.vocab_file)))
     n = options.num_out_files
     final_paths = [os.path.join(staging, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)]
     spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=staging)

@@ -42,18 +42,27 @@ def load_vocab(path: str, required: tuple[str, ...] = SPECIAL_TOKENS) -> dict[st
     """Reads a one-token-per-line vocabulary into {token: id}, id = line number.
 
     Raises:
-      VocabError: the file is missing, empty, not UTF-8 text (a binary file), or lacks one of
-        `required`; the message names
+      VocabError: the file is missing, empty, not UTF-8 text (a binary file), repeats a token,
+        or lacks one of `required`; the message names
         the token and the file (the original died with `KeyError: '[UNK]'`, issue #8).
     """
+    if os.path.isdir(path):
+        raise VocabError(f"vocabulary file {path} is a folder; give the vocab.txt inside it")
     if not os.path.isfile(path):
         raise VocabError(f"vocabulary file not found: {path}")
     vocab: dict[str, int] = {}
     try:
         with open(path, encoding="utf-8", errors="strict") as f:
             for index, line in enumerate(f):
-                # A duplicated token keeps its last line number, as in the original.
-                vocab[line.strip()] = index
+                token = line.strip()
+                if token and token in vocab:
+                    # The original silently keeps the later line's id, leaving the earlier id
+                    # unused: almost always a vocabulary edited by hand or concatenated.
+                    raise VocabError(
+                        f"{path}:{index + 1}: the token {token!r} repeats line "
+                        f"{vocab[token] + 1}; every token of a vocabulary must be on one line only"
+                    )
+                vocab[token] = index
     except UnicodeDecodeError as e:
         raise VocabError(
             f"vocabulary {path} is not UTF-8 text (byte {e.start}: {e.reason}); "
@@ -73,7 +82,7 @@ def load_vocab(path: str, required: tuple[str, ...] = SPECIAL_TOKENS) -> dict[st
 
 def id_count(vocab: dict[str, int]) -> int:
     """The ids a vocabulary spans, its largest id + 1: the embedding rows it needs. Not
-    `len(vocab)`: a duplicated token keeps its last line, leaving the earlier line's id unused."""
+    `len(vocab)`: blank lines, which map to one entry "", still take an id each."""
     return max(vocab.values()) + 1
 
 

@@ -31,6 +31,16 @@ def reserved_tokens(vocab_size: int) -> list[str]:
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    """A vocabulary must hold its reserved tokens and at least one word (ValueError)."""
+    needed = len(reserved_tokens(vocab_size)) + 1
+    if vocab_size < needed:
+        raise ValueError(
+            f"--vocab-size {vocab_size} cannot hold the special tokens "
+            f"({', '.join(reserved_tokens(vocab_size))}) plus one word: use at least {needed}"
+        )
+
+
 def count_words(
     lines: Iterable[str], do_lower_case: bool = True, strip_accents: bool = True
 ) -> collections.Counter:
@@ -100,6 +110,7 @@ def frequency_vocab(word_counts: collections.Counter, vocab_size: int) -> list[s
     uses so that `make pretrain` starts quickly. Greedy longest-match over it is well defined
     (any word over the known characters decomposes).
     """
+    check_vocab_size(vocab_size)
     if not word_counts:
         raise ValueError("no words to build a vocabulary from (empty corpus?)")
     reserved = reserved_tokens(vocab_size)

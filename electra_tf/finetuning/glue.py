@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from electra_tf.finetuning import heads, scorers
@@ -31,15 +32,49 @@ def read_tsv(path: str, max_lines: int | None = None) -> list[tuple[int, list[st
     """(line number, columns) for every row. Quoting is off: GLUE sentences contain quotes."""
     if not os.path.exists(path):
         raise DataError(f"{path}: file not found")
-    rows = []
+    rows: list[tuple[int, list[str]]] = []
     # utf-8-sig drops a BOM; newline="" lets csv see "\r\n" inside no field.
     with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        for i, row in enumerate(reader):
-            if max_lines is not None and i >= max_lines:
-                break
-            rows.append((i + 1, row))
+        try:
+            for i, row in enumerate(reader):
+                if max_lines is not None and i >= max_lines:
+                    break
+                rows.append((i + 1, row))
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{path}:{_first_undecodable_line(path)}: not UTF-8 text ({e.reason}); "
+                "save the file as UTF-8"
+            ) from None
+        except csv.Error as e:  # a field over csv's limit (131,072 characters), a NUL byte
+            raise DataError(f"{path}:{len(rows) + 1}: unreadable row ({e})") from None
     return rows
+
+
+def _first_undecodable_line(path: str) -> int:
+    # The text layer decodes in chunks, so its error does not know the line: find it.
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 1
+
+
+def warn_ragged_rows(path: str, rows: list[tuple[int, list[str]]]) -> None:
+    """Columns are read by position: rows whose column count differs from the header's are
+    read all the same, and the user hears about them once per file."""
+    if not rows:
+        return
+    expected = len(rows[0][1])
+    ragged = [line for line, row in rows[1:] if len(row) != expected]
+    if ragged:
+        print(
+            f"warning: {path}: {len(ragged)} row(s) have a column count other than the "
+            f"header's {expected} (first at line {ragged[0]}); columns are read by position",
+            file=sys.stderr,
+        )
 
 
 def truncate_seq_pair(tokens_a: list[str], tokens_b: list[str], max_length: int) -> None:
@@ -91,6 +126,8 @@ class SentenceTask(Task):
         rows = read_tsv(path, max_lines=100 if self.config.debug else None)
         is_test = "test" in split or "diagnostic" in split
         cols = self.test_columns if (is_test and self.test_columns) else self.columns
+        if cols[3]:  # a header row to compare with
+            warn_ragged_rows(path, rows)
         examples = self._load(path, rows, split, cols, is_test, swap=False, eid_offset=0)
         if not examples:
             # An empty dev set scored NaN into results.json; an empty train set crashed later.

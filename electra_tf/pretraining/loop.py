@@ -373,7 +373,7 @@ def train(config: PretrainingConfig, stream: TextIO | None = None) -> TrainResul
         os.makedirs(model_dir, exist_ok=True)
         # Bad input files fail here, naming the file, before the model is built.
         files = match_files(config.resolved_pretrain_tfrecords())
-        check_input_files(files, config.max_seq_length)
+        check_input_files(files, config.max_seq_length, config.vocab_size)
         prepare_model_dir(config, model_dir, is_chief)
         return _train(config, stream, strategy, (is_chief, worker_id, num_workers), files)
 
