@@ -10,6 +10,7 @@ import os
 import pytest
 import tensorflow as tf
 from pretrain_harness import hparams, write_corpus
+from reliability_cases import last_line, record
 
 from electra_tf.checkpoints.recovery import (
     CheckpointDamageError,
@@ -76,6 +77,7 @@ def test_a_damaged_index_is_rebuilt_from_the_checkpoints_on_disk(tmp_path, damag
     value = tf.Variable(-1.0)
     out = io.StringIO()
     restored = TrainingCheckpoints(str(tmp_path), 0, value=value).restore_latest(out)
+    record("1", f"checkpoint {damage}", f"resume from {expected}, files unchanged", out.getvalue())
     assert os.path.basename(restored) == expected
     assert float(value.numpy()) == float(expected.split("-")[1])
     assert "rebuilt it from the complete checkpoints on disk" in out.getvalue()
@@ -109,6 +111,7 @@ def test_a_damaged_latest_checkpoint_names_the_file_and_the_older_one(tmp_path, 
     with pytest.raises(CheckpointDamageError) as caught:
         TrainingCheckpoints(str(tmp_path), 0, value=tf.Variable(0.0)).restore_latest()
     message = str(caught.value)
+    record("2", f"latest checkpoint {part} {harm.__name__}", "one line naming ckpt-2", message)
     assert "ckpt-4" in message and "cannot be used" in message
     assert "ckpt-2 is the newest older checkpoint that reads in full" in message
     assert "move ckpt-4.* out of" in message and "\n" not in message
@@ -159,6 +162,8 @@ def test_the_pretraining_command_resumes_or_refuses_and_keeps_older_checkpoints(
     code = _main(data, "m", num_train_steps=6)
     captured = capsys.readouterr()
     after = _digests(model_dir)
+    got = f"exit {code}: {last_line(captured.err if code else captured.out)}"
+    record("1", f"pretrain after {damage}", "older checkpoints byte for byte", got)
     if damage == "index missing":
         assert code == 0
         assert "Resuming from" in captured.out and "ckpt-4 (step 4)" in captured.out
