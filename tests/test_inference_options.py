@@ -13,11 +13,10 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, ModelConfig
-from electra_tf.modeling import utils
+from electra_tf.modeling import PLAIN_INFERENCE, InferenceOptions, utils
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
 from electra_tf.modeling.encoder import TransformerEncoder
 from electra_tf.modeling.transformer import TransformerLayer
-from electra_tf.modeling.utils import PLAIN_INFERENCE, InferenceOptions
 from electra_tf.serving.kinds import serving_module
 
 LAYERS = 2
