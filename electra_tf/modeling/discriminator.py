@@ -11,6 +11,7 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.encoder import TransformerEncoder
 from electra_tf.modeling.heads import DiscriminatorHead
+from electra_tf.modeling.utils import PLAIN_INFERENCE, InferenceOptions
 
 
 class ElectraDiscriminator(keras.Model):
@@ -19,7 +20,8 @@ class ElectraDiscriminator(keras.Model):
     Args:
         config: the discriminator's encoder config.
 
-    Call: `model({"input_ids", "input_mask", "segment_ids"} int [B, L])` -> dict with the
+    Call: `model({"input_ids", "input_mask", "segment_ids"} int [B, L], training,
+    inference_options)` (the encoder's `InferenceOptions`, default the plain form) -> dict with the
     encoder's `sequence_output` [B, L, H] and `cls_output` [B, H], plus `logits` [B, L]
     (replaced-token logits; sigmoid gives the probability that a token was replaced). From an
     Electric model, `logits` is the energy E instead: -E estimates log p(token | the rest)
@@ -32,8 +34,8 @@ class ElectraDiscriminator(keras.Model):
         self.encoder = TransformerEncoder(config, name="electra")
         self.head = DiscriminatorHead(config)
 
-    def call(self, inputs, training=False):
-        outputs = self.encoder(inputs, training=training)
+    def call(self, inputs, training=False, inference_options: InferenceOptions = PLAIN_INFERENCE):
+        outputs = self.encoder(inputs, training=training, inference_options=inference_options)
         return {**outputs, "logits": self.head(outputs["sequence_output"])}
 
     def variable_map(self) -> dict[str, tf.Variable]:

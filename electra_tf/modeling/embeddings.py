@@ -7,7 +7,9 @@ import tensorflow as tf
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
+    PLAIN_INFERENCE,
     ConfiguredLayer,
+    InferenceOptions,
     apply_layer_norm,
     build_sublayer,
     layer_norm,
@@ -32,6 +34,7 @@ class Embeddings(ConfiguredLayer):
         input_ids: int [batch, seq_len].
         segment_ids: int [batch, seq_len] token-type ids.
         training: enables dropout.
+        inference_options: at inference, the LayerNorm's form (`InferenceOptions`).
 
     Returns:
         float [batch, seq_len, embedding_width].
@@ -69,13 +72,24 @@ class Embeddings(ConfiguredLayer):
         build_sublayer(self.layer_norm, [None, None, width])
         super().build(input_shape)
 
-    def call(self, input_ids, segment_ids, training=False):
+    def call(
+        self,
+        input_ids,
+        segment_ids,
+        training=False,
+        inference_options: InferenceOptions = PLAIN_INFERENCE,
+    ):
         seq_len = tf.shape(input_ids)[1]
         words = tf.gather(self.word_embeddings, input_ids)  # [batch, seq_len, width]
         # The original uses a one-hot matmul for token types; a gather is the same numbers.
         types = tf.gather(self.token_type_embeddings, segment_ids)  # [batch, seq_len, width]
         positions = self.position_embeddings[:seq_len][tf.newaxis]  # [1, seq_len, width]
-        embeddings = apply_layer_norm(self.layer_norm, words + types + positions, training)
+        embeddings = apply_layer_norm(
+            self.layer_norm,
+            words + types + positions,
+            training,
+            fused=inference_options.fused_layer_norms,
+        )
         return self.dropout(embeddings, training=training)
 
     def variable_map(self, scope: str = "electra") -> dict[str, tf.Variable]:

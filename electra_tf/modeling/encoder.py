@@ -9,10 +9,11 @@ from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
 from electra_tf.modeling.utils import (
+    PLAIN_INFERENCE,
     ConfiguredLayer,
+    InferenceOptions,
     build_sublayer,
     dense_map,
-    query_blocks,
     require_built,
 )
 
@@ -40,6 +41,9 @@ class TransformerEncoder(ConfiguredLayer):
     Call args:
         inputs: dict with int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
         training: enables dropout.
+        inference_options: how inference is traced (`InferenceOptions`: the LayerNorms' form,
+            the number of query groups); the default is the plain form. The serving
+            signatures pass theirs (`serving.module.ServingModule`).
 
     Returns:
         dict with `sequence_output` [batch, seq_len, hidden], `cls_output` [batch, hidden] and
@@ -95,11 +99,13 @@ class TransformerEncoder(ConfiguredLayer):
             build_sublayer(layer, None)
         super().build(input_shape)
 
-    def _first_layer_inputs(self, inputs, training):
+    def _first_layer_inputs(self, inputs, training, inference_options=PLAIN_INFERENCE):
         """(embedding output, the first layer's input, the additive attention bias)."""
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
         segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
-        embedding_output = self.embeddings(input_ids, segment_ids, training=training)
+        embedding_output = self.embeddings(
+            input_ids, segment_ids, training=training, inference_options=inference_options
+        )
         hidden = embedding_output
         if self.embeddings_project is not None:
             # On 2-D rows, so that the projection is one fusable MatMul + BiasAdd (see
@@ -130,24 +136,32 @@ class TransformerEncoder(ConfiguredLayer):
             hidden = layer(hidden, attention_bias, training=False)
         return probs
 
-    def call(self, inputs, training=False):
-        blocks = query_blocks()
+    def call(self, inputs, training=False, inference_options: InferenceOptions = PLAIN_INFERENCE):
+        # Causal attention has per-query masks ([batch, 1, seq_q, seq_k]), which the groups'
+        # shared key-only bias does not carry: those encoders keep the plain form.
+        blocks = inference_options.blocks()
         if blocks > 1 and not training and self.attention_direction == "bidirectional":
-            return self._call_in_blocks(inputs, blocks)
-        embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, training)
+            return self._call_in_blocks(inputs, blocks, inference_options)
+        embedding_output, hidden, attention_bias = self._first_layer_inputs(
+            inputs, training, inference_options
+        )
         for layer in self.transformer_layers:
-            hidden = layer(hidden, attention_bias, training=training)
+            hidden = layer(
+                hidden, attention_bias, training=training, inference_options=inference_options
+            )
         return {
             "sequence_output": hidden,
             "cls_output": hidden[:, 0],
             "embedding_output": embedding_output,
         }
 
-    def _call_in_blocks(self, inputs, blocks: int):
+    def _call_in_blocks(self, inputs, blocks: int, inference_options: InferenceOptions):
         """Inference with every layer on `blocks` consecutive groups of positions
         (`TransformerLayer.call_blocks`): the same outputs as `call`, in independent ops that
-        an inter-op thread pool runs side by side (`serving_query_blocks`)."""
-        embedding_output, hidden, attention_bias = self._first_layer_inputs(inputs, False)
+        an inter-op thread pool runs side by side (`InferenceOptions.query_blocks`)."""
+        embedding_output, hidden, attention_bias = self._first_layer_inputs(
+            inputs, False, inference_options
+        )
         batch, seq_len, width = tf.shape(hidden)[0], tf.shape(hidden)[1], self.config.hidden_size
         bounds = [(seq_len * i) // blocks for i in range(blocks + 1)]
         spans = list(zip(bounds[:-1], bounds[1:], strict=True))
@@ -155,7 +169,7 @@ class TransformerEncoder(ConfiguredLayer):
         # Each group stays [batch * length, hidden] rows from the first layer to the last.
         rows = [tf.reshape(hidden[:, start:end], [-1, width]) for start, end in spans]
         for layer in self.transformer_layers:
-            rows = layer.call_blocks(rows, lengths, batch, attention_bias)
+            rows = layer.call_blocks(rows, lengths, batch, attention_bias, inference_options)
         pieces = [tf.reshape(r, [batch, n, width]) for r, n in zip(rows, lengths, strict=True)]
         hidden = tf.concat(pieces, axis=1)
         return {

@@ -10,7 +10,9 @@ import tf_keras as keras
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
+    PLAIN_INFERENCE,
     ConfiguredLayer,
+    InferenceOptions,
     apply_activation,
     apply_layer_norm,
     build_sublayer,
@@ -44,6 +46,8 @@ class TransformerLayer(ConfiguredLayer):
         attention_bias: float [batch, 1, 1, seq_len], 0 for real keys and -10000 for padding
             (or [batch, 1, seq_len, seq_len] for causal attention, per query).
         training: enables dropout.
+        inference_options: at inference, the LayerNorms' form (`InferenceOptions`; the query
+            groups are the encoder's, `call_blocks`).
 
     Returns:
         float [batch, seq_len, hidden].
@@ -118,18 +122,23 @@ class TransformerLayer(ConfiguredLayer):
         key = self._split_heads(self.key(rows), batch, seq_len)
         return self._probs(query, key, attention_bias)
 
-    def _output_rows(self, probs, value, rows, training):
-        """Attention output, both LayerNorms and the feed-forward network, on the query rows."""
+    def _output_rows(self, probs, value, rows, training, fused_norms):
+        """Attention output, both LayerNorms and the feed-forward network, on the query rows;
+        `fused_norms`: the LayerNorms' inference form (`apply_layer_norm`'s `fused`)."""
         context = tf.matmul(probs, value)  # [batch, heads, seq_q, head_size]
         context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
         # [batch * seq_q, hidden]
         context = tf.reshape(context, [-1, self.config.hidden_size])
         attention = self.hidden_dropout(self.attention_output(context), training=training)
-        attention = apply_layer_norm(self.attention_layer_norm, attention + rows, training)
+        attention = apply_layer_norm(
+            self.attention_layer_norm, attention + rows, training, fused=fused_norms
+        )
         ffn = apply_activation(self.config.hidden_act, self.intermediate(attention), training)
         ffn = self.output_dense(ffn)
         ffn = self.hidden_dropout(ffn, training=training)
-        return apply_layer_norm(self.output_layer_norm, ffn + attention, training)
+        return apply_layer_norm(
+            self.output_layer_norm, ffn + attention, training, fused=fused_norms
+        )
 
     def attention_probs(self, hidden, attention_bias):
         """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
@@ -137,14 +146,21 @@ class TransformerLayer(ConfiguredLayer):
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
         return self._attention_probs(rows, batch, seq_len, attention_bias)
 
-    def call(self, hidden, attention_bias, training=False):
+    def call(
+        self,
+        hidden,
+        attention_bias,
+        training=False,
+        inference_options: InferenceOptions = PLAIN_INFERENCE,
+    ):
         batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
         value = self._split_heads(self.value(rows), batch, seq_len)
         probs = self.attention_dropout(
             self._attention_probs(rows, batch, seq_len, attention_bias), training=training
         )
-        output = self._output_rows(probs, value, rows, training)
+        fused_norms = inference_options.fused_layer_norms
+        output = self._output_rows(probs, value, rows, training, fused_norms)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
     def call_blocks(
@@ -153,6 +169,7 @@ class TransformerLayer(ConfiguredLayer):
         lengths: list[tf.Tensor],
         batch: tf.Tensor,
         attention_bias: tf.Tensor,
+        inference_options: InferenceOptions = PLAIN_INFERENCE,
     ) -> list[tf.Tensor]:
         """Inference (no dropout) on consecutive groups of positions, as independent ops.
 
@@ -160,7 +177,8 @@ class TransformerLayer(ConfiguredLayer):
         pieces of the sequence, in order); returns each group's output rows. Each group's
         queries attend to every key, so the groups' keys and values are joined (the only ops
         that wait for all groups); everything else runs per group. The same function as `call`
-        on the joined sequence. `attention_bias` is [batch, 1, 1, seq_len] (keys only).
+        on the joined sequence. `attention_bias` is [batch, 1, 1, seq_len] (keys only);
+        `inference_options` gives the LayerNorms' form.
         """
         pieces = list(zip(rows, lengths, strict=True))
         # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
@@ -169,10 +187,11 @@ class TransformerLayer(ConfiguredLayer):
         # The same values, shaped by the joined keys' length: Grappler's remapper fuses the mask
         # into the score product only where it can see that the two lengths are equal.
         attention_bias = tf.reshape(attention_bias, [batch, 1, 1, tf.shape(key)[2]])
+        fused_norms = inference_options.fused_layer_norms
         outputs = []
         for r, n in pieces:
             probs = self._probs(self._split_heads(self.query(r), batch, n), key, attention_bias)
-            outputs.append(self._output_rows(probs, value, r, training=False))
+            outputs.append(self._output_rows(probs, value, r, False, fused_norms))
         return outputs
 
     def variable_map(self, prefix: str) -> dict[str, tf.Variable]:

@@ -1,11 +1,10 @@
-"""Small helpers shared by the modeling layers: initializers, name maps, explicit builds."""
+"""Small helpers shared by the modeling layers: initializers, name maps, explicit builds, and the
+`InferenceOptions` that serving passes to the encoder."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import math
-import threading
-from collections.abc import Iterator
 
 import tensorflow as tf
 import tf_keras as keras
@@ -33,63 +32,70 @@ def layer_norm(name: str = "LayerNorm", dtype=None) -> keras.layers.LayerNormali
     )
 
 
-# Whether inference LayerNorms are being traced for serving (`serving_layer_norms`).
-_serving_trace = threading.local()
+@dataclasses.dataclass(frozen=True)
+class InferenceOptions:
+    """How the encoder computes at inference, where a serving signature wants other forms of
+    the same functions than training does. Passed explicitly, as the `inference_options` call
+    argument of `TransformerEncoder` (and `ElectraDiscriminator`), which hands it to its
+    `Embeddings` and `TransformerLayer`s; the default, `PLAIN_INFERENCE`, is the Keras layers'
+    own form, as training computes it. The serving code (`serving.module.ServingModule`)
+    chooses its options and passes them when it traces its signatures.
 
+    Both apply only to inference (`training=False`) traced into a graph: eagerly there is no
+    Grappler to fuse a LayerNorm and no inter-op pool to run groups side by side, so an eager
+    call computes the plain form whatever the options say.
 
-@contextlib.contextmanager
-def serving_layer_norms() -> Iterator[None]:
-    """Within this block, `apply_layer_norm` writes inference LayerNorms in the form that
-    Grappler fuses into one oneDNN kernel (see there). The serving signatures are traced in it.
-
-    Scoped to serving graphs on purpose: where Grappler does not fuse it (eagerly, or in a
-    graph that also takes gradients), that form runs oneDNN's FusedBatchNorm kernel, which is
-    less accurate than the Keras layer on rows whose mean is large next to their spread (an
-    error of 1e-3 where the layer's is 2e-4, on a row of mean 1 and spread 1e-3); the fused
-    `_MklLayerNorm` is as accurate as the layer or better. Training, evaluation and eager
-    calls keep the Keras layer.
+    Attributes:
+        fused_layer_norms: write float32 inference LayerNorms in the form that Grappler fuses
+            into one oneDNN kernel (`apply_layer_norm`). Only for graphs that Grappler
+            optimizes without gradients: where it does not fuse it, that form runs oneDNN's
+            FusedBatchNorm kernel, which is less accurate than the Keras layer on rows whose
+            mean is large next to their spread (an error of 1e-3 where the layer's is 2e-4,
+            on a row of mean 1 and spread 1e-3); the fused `_MklLayerNorm` is as accurate as
+            the layer or better. XLA fuses the Keras form itself.
+        query_blocks: run every layer of a bidirectional encoder on this many consecutive
+            groups of query positions (`TransformerEncoder`'s blocked form; 1 = the plain
+            form). The groups share only the attention's keys and values, so an executor with
+            an inter-op pool runs them side by side: on a CPU whose kernels scale badly at
+            small sizes (a batch of one 128-token text), one group per core uses the cores
+            where one kernel on two cores does not.
     """
-    previous = getattr(_serving_trace, "active", False)
-    _serving_trace.active = True
-    try:
-        yield
-    finally:
-        _serving_trace.active = previous
+
+    fused_layer_norms: bool = False
+    query_blocks: int = 1
+
+    def __post_init__(self):
+        if self.query_blocks < 1:
+            raise ValueError(f"query blocks must be >= 1, got {self.query_blocks}")
+
+    def blocks(self) -> int:
+        """The number of query groups to trace (1 when executing eagerly)."""
+        return 1 if tf.executing_eagerly() else self.query_blocks
 
 
-@contextlib.contextmanager
-def serving_query_blocks(blocks: int) -> Iterator[None]:
-    """Within this block, encoders traced for inference run each layer on `blocks` independent
-    groups of query positions (`TransformerEncoder`'s blocked form; 1 = the plain form).
-
-    The groups share only the attention's keys and values, so an executor with an inter-op pool
-    runs them side by side: on a CPU whose kernels scale badly at small sizes (a batch of one
-    128-token text), one group per core uses the cores where one kernel on two cores does not.
-    """
-    if blocks < 1:
-        raise ValueError(f"query blocks must be >= 1, got {blocks}")
-    previous = getattr(_serving_trace, "blocks", 1)
-    _serving_trace.blocks = blocks
-    try:
-        yield
-    finally:
-        _serving_trace.blocks = previous
-
-
-def query_blocks() -> int:
-    """The number of query groups `serving_query_blocks` asks for (1 outside it or eagerly)."""
-    if tf.executing_eagerly():
-        return 1
-    return getattr(_serving_trace, "blocks", 1)
+# The forms training computes: what every layer uses unless a caller passes other options.
+PLAIN_INFERENCE = InferenceOptions()
 
 
 def apply_layer_norm(
-    norm: keras.layers.LayerNormalization, x: tf.Tensor, training: bool = False
+    norm: keras.layers.LayerNormalization,
+    x: tf.Tensor,
+    training: bool = False,
+    fused: bool = False,
 ) -> tf.Tensor:
     """`norm(x)` over the last axis, with the same variables and epsilon. Two other forms of the
     same function: in training, `_layer_norm_train` (a hand-written gradient; under mixed
-    precision in float32, as the layer computes it); in float32, when tracing a serving
-    signature (`serving_layer_norms`), one that Grappler fuses.
+    precision in float32, as the layer computes it); at inference in float32 with `fused`
+    (`InferenceOptions.fused_layer_norms`) and traced into a graph, one that Grappler fuses.
+
+    Args:
+        norm: a built LayerNormalization over the last axis (its gamma, beta and epsilon).
+        x: [..., width], in the layer's compute dtype.
+        training: whether this is a training step (takes `_layer_norm_train`).
+        fused: write the fusable form at inference (ignored eagerly and in training).
+
+    Returns:
+        [..., width], x's shape and the layer's compute dtype.
 
     tf_keras' LayerNormalization with the original's epsilon of 1e-12 cannot use its
     FusedBatchNorm path (that op's Python wrapper raises epsilon to 1.001e-5), so it is eight
@@ -102,10 +108,8 @@ def apply_layer_norm(
         # Under mixed precision in float32 and back, as the Keras layer computes it.
         normalised = _layer_norm_train(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon)
         return tf.cast(normalised, norm.compute_dtype)
-    if norm.compute_dtype != "float32":
-        return norm(x)
-    tracing = getattr(_serving_trace, "active", False) and not tf.executing_eagerly()
-    if not tracing:
+    # The fusable form only where Grappler fuses it: a float32 inference graph (see above).
+    if training or not fused or norm.compute_dtype != "float32" or tf.executing_eagerly():
         return norm(x)
     shape = tf.shape(x)
     width = x.shape[-1]

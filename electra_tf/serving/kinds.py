@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, ModelConfig
 from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
+from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
 from electra_tf.serving.module import ServingModule
@@ -57,22 +58,32 @@ def serving_module(
     tokenizer = _tokenizer(vocab_file, do_lower_case, strip_accents)
     tokens = vocab_tokens(vocab)
     module = functools.partial(ServingModule, jit_compile=jit_compile, query_blocks=query_blocks)
-    if kind == "discriminator":
+    if kind in ("discriminator", "encoder"):
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return module(lambda f: model(f, training=False), model, featurizer, tokens, kind)
+        return module(functools.partial(_inference, model), model, featurizer, tokens, kind)
     if kind == "electric":
         special = {"cls_id": vocab["[CLS]"], "sep_id": vocab["[SEP]"], "mask_id": vocab["[MASK]"]}
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return module(
-            lambda f: score_features(model, f, **special), model, featurizer, tokens, kind
-        )
-    if kind == "encoder":
-        featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        return module(lambda f: model(f, training=False), model, featurizer, tokens, kind)
+
+        def electric_scores(features, options):
+            # `score_features` calls a model as `model(inputs, training=False)` and reads its
+            # `logits`: this one is the discriminator with the serving options passed on.
+            def discriminator(inputs, training=False):
+                return model(inputs, training=training, inference_options=options)
+
+            return score_features(discriminator, features, **special)
+
+        return module(electric_scores, model, featurizer, tokens, kind)
     if kind != "task":
         raise ValueError(f"kind {kind!r} is not discriminator, electric, encoder or task")
     tasks = all_tasks or [task]
     return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length, module)
+
+
+def _inference(model: Any, features: dict[str, tf.Tensor], options: InferenceOptions):
+    """`model` (an `ElectraDiscriminator` or a `TransformerEncoder`) at inference, its encoder
+    traced with the signature's `options`."""
+    return model(features, training=False, inference_options=options)
 
 
 def _task_features(tasks: list[Any], features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -96,9 +107,8 @@ def _task_module(
 
     name = task.name
 
-    def head_outputs(features):
-        _, outputs = model(_task_features(tasks, features), training=False)
-        return outputs[name]
+    def head_outputs(features, options):
+        return _task_head_outputs(model, name, _task_features(tasks, features), options)
 
     if isinstance(task, ClassificationTask | RegressionTask):
         pair = task.columns[1] is not None
@@ -129,18 +139,39 @@ def _task_module(
             raise ExportError(f"{name}: no label mapping (fine-tune the task first)")
         labels = [tag for tag, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
 
-        def tag_logits(features):
+        def tag_logits(features, options):
             # Every position is "labeled": the serving output tags every token.
             length = tf.shape(features["input_ids"])[1]
             positions = tf.tile(tf.range(length)[None], [tf.shape(features["input_ids"])[0], 1])
             full = _task_features(tasks, features)
             full[f"{name}_labeled_positions"] = positions  # [B, L]
-            _, outputs = model(full, training=False)
-            return outputs[name]
+            return _task_head_outputs(model, name, full, options)
 
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length, single_segment_id=1)
         return module(tag_logits, model, featurizer, tokens, "tagging", label_names=labels)
     raise ExportError(f"task {name}: no serving signature for {type(task).__name__}")
+
+
+def _task_head_outputs(
+    model: Any, name: str, features: dict[str, tf.Tensor], options: InferenceOptions
+) -> dict[str, tf.Tensor]:
+    """Task `name`'s head outputs from a `FinetuningModel` at inference: its encoder traced with
+    the signature's `options`, then that task's head.
+
+    What `model(features, training=False)[1][name]` computes (the other tasks' heads do not
+    feed this task's outputs), spelled out because `FinetuningModel.call` does not take the
+    encoder's options.
+
+    Args:
+        model: a `FinetuningModel` (its `encoder`, `task_names` and `task_heads`).
+        name: the exported task.
+        features: the ids [B, L] and every task's label features (`_task_features`).
+        options: the encoder's `InferenceOptions`.
+    """
+    encoder_outputs = model.encoder(features, training=False, inference_options=options)
+    head = model.task_heads[model.task_names.index(name)]
+    _, outputs = head(encoder_outputs, features, training=False)
+    return outputs
 
 
 def check_length(max_seq_length: int, model_config: ModelConfig) -> None:

@@ -34,8 +34,8 @@ The outputs depend on `kind` (each [batch, ...], so TF Serving's row format work
 
 Every kind also returns `input_mask` [B, L] and, except the encoder, `tokens` [B, L].
 
-Speed: the model's LayerNorms are traced in the form that Grappler's oneDNN remapper fuses
-(`modeling.utils.serving_layer_norms`); with the dense layers on 2-D rows and the attention
+Speed: the signatures pass the encoder `InferenceOptions` (`modeling.utils`; `predict` takes
+them): its LayerNorms are traced in the form that Grappler's oneDNN remapper fuses; with the dense layers on 2-D rows and the attention
 scores scaled after the product, every matmul of the encoder runs as one oneDNN kernel with its
 bias, GELU, scale or mask fused (`tests/test_serving_graph.py` checks the optimized graph).
 The encoder runs each layer on `query_blocks` groups of positions side by side (default 2:
@@ -47,19 +47,20 @@ the README's serving section).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from electra_tf.config import DEFAULT_QUERY_BLOCKS
-from electra_tf.modeling.utils import serving_layer_norms, serving_query_blocks
+from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.serving.featurizer import TextFeaturizer
 
 KINDS = ("discriminator", "electric", "encoder", "classification", "regression", "qa", "tagging")
 
 RawOutputs = dict[str, tf.Tensor]
+# The model's forward pass: features (int [B, L] ids) and the encoder's options -> raw outputs.
+Predict = Callable[[dict[str, tf.Tensor], InferenceOptions], RawOutputs]
 
 
 def _ids_spec() -> dict[str, tf.TensorSpec]:
@@ -91,7 +92,9 @@ class ServingModule(tf.Module):
     """Signatures for one exported model.
 
     Args:
-        predict: features dict -> raw model outputs (see each `_<kind>` method for the keys).
+        predict: (features dict, `InferenceOptions`) -> raw model outputs (see each `_<kind>`
+            method for the keys); it passes the options to the model's encoder, which traces
+            its serving forms with them (`inference_options` below).
         model: the Keras model `predict` uses (its variables are saved).
         featurizer: raw text -> features, in the graph.
         vocab_tokens: the vocabulary in id order (for `tokens` and QA answer text).
@@ -110,11 +113,15 @@ class ServingModule(tf.Module):
             one core per group busy, where one kernel split over two cores mostly waits at
             small sizes. 1 = one group. Not with `jit_compile` (XLA schedules the compiled
             model itself): there it is 1.
+
+    Attributes:
+        inference_options: what `predict` gets: `query_blocks` groups, and the LayerNorms in
+            the form Grappler fuses, except under `jit_compile` (XLA fuses the Keras form).
     """
 
     def __init__(
         self,
-        predict: Callable[[dict[str, tf.Tensor]], RawOutputs],
+        predict: Predict,
         model: tf.Module,
         featurizer: TextFeaturizer,
         vocab_tokens: Sequence[str],
@@ -136,11 +143,18 @@ class ServingModule(tf.Module):
         self.jit_compile = jit_compile
         if query_blocks < 1:
             raise ValueError(f"query_blocks must be >= 1, got {query_blocks}")
-        self.query_blocks = 1 if jit_compile else query_blocks
+        self.inference_options = InferenceOptions(
+            fused_layer_norms=not jit_compile, query_blocks=1 if jit_compile else query_blocks
+        )
+        options = self.inference_options
+
+        def bound(features):
+            return predict(features, options)
+
         # Only the model's forward pass: the featurizer's string ops and the post-processing's
         # token strings stay outside the XLA cluster.
         self._predict = (
-            tf.function(predict, jit_compile=True, autograph=False) if jit_compile else predict
+            tf.function(bound, jit_compile=True, autograph=False) if jit_compile else bound
         )
         # Only the variables are tracked, not the Keras model: the signatures capture them, and
         # this avoids Keras' own SavedModel serialisation (its traced call functions).
@@ -156,6 +170,11 @@ class ServingModule(tf.Module):
         self.special_ids = tf.constant(
             [featurizer.cls_id, featurizer.sep_id, 0], tf.int32
         )  # [CLS], [SEP], [PAD]
+
+    @property
+    def query_blocks(self) -> int:
+        """The encoder's query groups in the signatures (1 under `jit_compile`)."""
+        return self.inference_options.query_blocks
 
     # ------------------------------------------------------------------ signatures
     def signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
@@ -178,15 +197,11 @@ class ServingModule(tf.Module):
                 {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
             )
         )
-        ids = _ids_spec()
-        # XLA fuses the LayerNorm's ops itself; the fusable form is for Grappler's remapper.
-        fused_norms = contextlib.nullcontext() if self.jit_compile else serving_layer_norms()
-        with fused_norms, serving_query_blocks(self.query_blocks):
-            signatures = {
-                "serving_default": serve.get_concrete_function(*specs),
-                "encode_ids": encode.get_concrete_function(**ids),
-                "tokenize": tokenize.get_concrete_function(*specs),
-            }
+        signatures = {
+            "serving_default": serve.get_concrete_function(*specs),
+            "encode_ids": encode.get_concrete_function(**_ids_spec()),
+            "tokenize": tokenize.get_concrete_function(*specs),
+        }
         if self.kind == "electric":
             signatures["score_text"] = signatures["serving_default"]
         return signatures
