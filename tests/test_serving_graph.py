@@ -20,12 +20,7 @@ from bench import serving_graph
 from electra_tf.cli import export
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, pretraining_config
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
-from electra_tf.modeling.utils import (
-    LAYER_NORM_EPSILON,
-    apply_layer_norm,
-    serving_layer_norms,
-    serving_query_blocks,
-)
+from electra_tf.modeling.utils import LAYER_NORM_EPSILON, InferenceOptions, apply_layer_norm
 from electra_tf.serving.kinds import serving_module
 from electra_tf.serving.saved_model import ExportSpec, write_export
 
@@ -202,9 +197,9 @@ def test_export_cli_takes_jit_compile_and_query_blocks(capsys):
 
 
 def test_query_blocks_give_the_plain_outputs_at_every_length(tmp_path):
-    """The blocked encoder (`serving_query_blocks`) against the plain one, traced the same way,
-    on lengths below, at and above the number of groups, with padding; and with XLA the
-    module keeps one group."""
+    """The blocked encoder (`InferenceOptions.query_blocks`) against the plain one, traced the
+    same way, on lengths below, at and above the number of groups, with padding; and with XLA
+    the module keeps one group."""
     overrides = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
                  "intermediate_size": 32, "max_position_embeddings": 16}  # fmt: skip
     hparams = {"vocab_size": 30, "embedding_size": 8, "model_hparam_overrides": overrides}
@@ -215,9 +210,11 @@ def test_query_blocks_give_the_plain_outputs_at_every_length(tmp_path):
                                                               "segment_ids")}  # fmt: skip
 
     def traced(blocks):
-        with serving_query_blocks(blocks):
-            function = tf.function(lambda **f: model(f, training=False), autograph=False)
-            return function.get_concrete_function(**spec)
+        options = InferenceOptions(query_blocks=blocks)
+        function = tf.function(
+            lambda **f: model(f, training=False, inference_options=options), autograph=False
+        )
+        return function.get_concrete_function(**spec)
 
     plain, functions = traced(1), {blocks: traced(blocks) for blocks in (2, 3)}
     ops = {op.type for op in functions[3].graph.get_operations()}
@@ -236,8 +233,7 @@ def test_query_blocks_give_the_plain_outputs_at_every_length(tmp_path):
                     got[key].numpy(), expected[key].numpy(), atol=1e-6, err_msg=f"{blocks} {key}"
                 )
     with pytest.raises(ValueError, match="query blocks must be >= 1"):
-        with serving_query_blocks(0):
-            pass
+        InferenceOptions(query_blocks=0)
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("\n".join(VOCAB[:30]) + "\n", encoding="utf-8")
     module = serving_module("discriminator", model, str(vocab_file), 16, jit_compile=True,
@@ -268,9 +264,9 @@ def test_serving_layer_norm_is_the_layer_norm():
 
     spec = tf.TensorSpec([None, None, 64])
 
-    def traced(training=False):
+    def traced(training=False, fused=False):
         function = tf.function(
-            lambda t: apply_layer_norm(norm, t, training), input_signature=[spec]
+            lambda t: apply_layer_norm(norm, t, training, fused=fused), input_signature=[spec]
         )
         return function.get_concrete_function()
 
@@ -278,11 +274,10 @@ def test_serving_layer_norm_is_the_layer_norm():
         return {op.type for op in function.graph.get_operations()}
 
     keras_form = traced()
-    with serving_layer_norms():
-        fused_form = traced()
-        # Training, and eager calls, keep the Keras layer even inside the block.
-        assert "FusedBatchNormV3" not in op_types(traced(training=True))
-        np.testing.assert_array_equal(apply_layer_norm(norm, x), norm(x))
+    fused_form = traced(fused=True)
+    # Training, and eager calls, keep the Keras layer even when asked for the fused form.
+    assert "FusedBatchNormV3" not in op_types(traced(training=True, fused=True))
+    np.testing.assert_array_equal(apply_layer_norm(norm, x, fused=True), norm(x))
     assert "FusedBatchNormV3" in op_types(fused_form)
     assert "FusedBatchNormV3" not in op_types(keras_form)
     keras_error = np.abs(keras_form(tf.constant(x)).numpy() - expected)
