@@ -126,7 +126,7 @@ def _hf_config_only(folder, hidden, layers):
     [(1024, 24, "large", 5e-5, 0.9), (768, 12, "base", 1e-4, 0.8), (256, 12, "small", 1e-4, 0.8)],
 )
 def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, decay):
-    from electra_tf.finetuning.runner import checkpoint_model_size
+    from electra_tf.runs.finetuning import checkpoint_model_size
 
     path = _hf_config_only(tmp_path / "disc", hidden, layers)
     c = finetuning_config(
@@ -143,7 +143,7 @@ def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, de
 
 def test_a_model_size_contradicting_the_checkpoint_is_refused(tmp_path):
     from electra_tf.finetuning.config import size_of_encoder
-    from electra_tf.finetuning.runner import check_model_size, checkpoint_model_size
+    from electra_tf.runs.finetuning import check_model_size, checkpoint_model_size
 
     path = _hf_config_only(tmp_path / "disc", 1024, 24)
     hparams = {"init_checkpoint": path, "model_size": "small"}

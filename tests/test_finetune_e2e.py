@@ -101,8 +101,8 @@ def test_cli_rejects_unknown_hparam(data_dir, capsys):
 def test_init_from_original_checkpoint(data_dir):
     from electra_tf.checkpoints import write_original_files
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
     from electra_tf.modeling import TransformerEncoder
+    from electra_tf.runs.finetuning import ModelRunner
 
     config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
     encoder = TransformerEncoder(config.model_config(), name="electra")
@@ -122,8 +122,8 @@ def _runner_over_original_checkpoint(data_dir, vocab_size):
     """A ModelRunner for sst over an original-format checkpoint with `vocab_size` rows."""
     from electra_tf.checkpoints import write_original_files
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
     from electra_tf.modeling import TransformerEncoder
+    from electra_tf.runs.finetuning import ModelRunner
 
     small = {**TINY, "vocab_size": vocab_size, "task_names": ["sst"]}
     encoder = TransformerEncoder(
@@ -160,7 +160,7 @@ def test_a_checkpoint_pretrained_with_another_vocabulary_is_warned_about(data_di
     from electra_tf.checkpoints import build_pretrainer, write_native_files
     from electra_tf.config import PretrainingConfig
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
+    from electra_tf.runs.finetuning import ModelRunner
 
     # Pre-trained with "good" and "bad" at each other's ids: the same size, other meanings.
     swapped = (data_dir / "vocab.txt").read_text().replace("good", "TMP")
@@ -228,7 +228,7 @@ def test_dropout_comes_from_the_finetuning_config(data_dir, finetuning_overrides
     the sizes still come from the checkpoint."""
     from electra_tf.checkpoints import build_pretrainer, write_native_files
     from electra_tf.config import pretraining_config
-    from electra_tf.finetuning.runner import resolve_encoder
+    from electra_tf.runs.finetuning import resolve_encoder
 
     shape = dict(TINY["model_hparam_overrides"])
     no_dropout = {**shape, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}

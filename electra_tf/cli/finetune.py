@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
     from electra_tf.finetuning.config import finetuning_config
-    from electra_tf.finetuning.runner import checkpoint_model_size, run_finetuning
     from electra_tf.finetuning.task import DataError
+    from electra_tf.runs.finetuning import checkpoint_model_size, run_finetuning
 
     try:
         hparams = parse_hparams(args.hparams)

@@ -337,8 +337,8 @@ def finetuning_config(
 ) -> FinetuningConfig:
     """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams).
 
-    `checkpoint_size(config)` gives the model size of the init checkpoint's encoder (the runner's
-    `checkpoint_model_size`). The size rules (learning rate, layer-wise decay) then follow the
+    `checkpoint_size(config)` gives the model size of the init checkpoint's encoder
+    (`runs.finetuning.checkpoint_model_size`). The size rules (learning rate, layer-wise decay) then follow the
     checkpoint, and an explicit `model_size` that contradicts it is an error: the original
     failed loudly on that mismatch, a silent "small" learning rate for a Large model would not.
     """
