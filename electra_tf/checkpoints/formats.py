@@ -85,7 +85,7 @@ def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
         shapes = open_checkpoint(prefix).get_variable_to_shape_map()
         return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
     if fmt == "hf":
-        return hf.pretraining_config(hf.read_model_configs(path), False, path)
+        return hf.read_pretraining_config(path)
     raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
 
 

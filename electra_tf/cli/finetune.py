@@ -51,21 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
-    from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.task import DataError
-    from electra_tf.runs.finetuning import checkpoint_model_size, run_finetuning
+    from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
     try:
         hparams = parse_hparams(args.hparams)
         if args.pretrained:
             hparams = {**pretrained_hparams(args.pretrained), **hparams}
-        # The size rules (learning rate, layer-wise decay) follow the checkpoint's encoder.
-        config = finetuning_config(
-            args.model_name,
-            args.data_dir,
-            hparams,
-            tasks=args.tasks,
-            checkpoint_size=checkpoint_model_size,
+        # The init checkpoint, read once: the size rules (learning rate, layer-wise decay)
+        # follow its encoder, and every trial starts from it.
+        config, pretrained = prepare_finetuning(
+            args.model_name, args.data_dir, hparams, tasks=args.tasks
         )
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -77,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         with RunLock(
             config.pretrained_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
         ):
-            run_finetuning(config)
+            run_finetuning(config, pretrained)
     except LockError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

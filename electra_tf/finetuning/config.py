@@ -328,29 +328,53 @@ def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bo
     return rules
 
 
+def _overrides(hparams: str | Mapping[str, Any] | None, tasks: str | None) -> dict[str, Any]:
+    """The user's values: `hparams` (JSON, a .json file or a mapping), then `--tasks`."""
+    overrides = dict(
+        parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
+    )
+    if tasks:
+        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    return overrides
+
+
+def user_config(
+    model_name: str = "electra",
+    data_dir: str = "data",
+    hparams: str | Mapping[str, Any] | None = None,
+    tasks: str | None = None,
+) -> FinetuningConfig:
+    """Defaults + the user's values, keys and types checked, no rules applied: what the user
+    named, e.g. the init checkpoint to read before `finetuning_config` sizes the rules by it."""
+    config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
+    return replace_checked(config, _overrides(hparams, tasks), where="hparams")
+
+
 def finetuning_config(
     model_name: str = "electra",
     data_dir: str = "data",
     hparams: str | Mapping[str, Any] | None = None,
     tasks: str | None = None,
     checkpoint_size: Callable[[FinetuningConfig], str | None] | None = None,
+    checkpoint_config: PretrainingConfig | None = None,
 ) -> FinetuningConfig:
     """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams).
 
-    `checkpoint_size(config)` gives the model size of the init checkpoint's encoder
-    (`runs.finetuning.checkpoint_model_size`). The size rules (learning rate, layer-wise decay) then follow the
-    checkpoint, and an explicit `model_size` that contradicts it is an error: the original
-    failed loudly on that mismatch, a silent "small" learning rate for a Large model would not.
+    `checkpoint_config`: the init checkpoint's config (`checkpoints.read_pretrained(path)
+    .config`; `runs.finetuning.prepare_finetuning` reads it). Or `checkpoint_size(config)`:
+    the model size of the init checkpoint's encoder (`runs.finetuning.checkpoint_model_size`).
+    The size rules (learning rate, layer-wise decay) then follow the checkpoint, and an
+    explicit `model_size` that contradicts it is an error: the original failed loudly on that
+    mismatch, a silent "small" learning rate for a Large model would not.
     """
-    overrides = dict(
-        parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
-    )
-    if tasks:
-        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    overrides = _overrides(hparams, tasks)
     config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
     # Validate keys first so a typo is reported before any rule runs.
     probe = replace_checked(config, overrides, where="hparams")
-    size = checkpoint_size(probe) if checkpoint_size else None
+    if checkpoint_config is not None:
+        size = size_of_encoder(checkpoint_config.discriminator_config())
+    else:
+        size = checkpoint_size(probe) if checkpoint_size else None
     if size is not None:
         if overrides.get("model_size", size) != size:
             raise ConfigError(
