@@ -85,7 +85,9 @@ def test_paths_as_the_original(tmp_path):
     c = finetuning_config("electra_small", str(tmp_path), None, tasks="rte,sst")
     base = tmp_path / "models" / "electra_small"
     assert c.raw_data_dir("rte") == str(tmp_path / "finetuning_data" / "rte")
-    assert c.resolved_init_checkpoint() == str(base)
+    assert c.resolved_init_checkpoint() == c.resolved_model_dir() == str(base)
+    with pytest.warns(DeprecationWarning, match=r"use resolved_model_dir\(\)"):
+        assert c.pretrained_model_dir() == str(base)  # the old name, for one version
     assert c.model_dir(2) == str(base / "finetuning_models" / "rte,sst_model_2")
     assert c.results_path("txt") == str(base / "results" / "rte,sst_results.txt")
     assert c.resolved_vocab_file() == str(tmp_path / "vocab.txt")

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
         with RunLock(
-            config.pretrained_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
+            config.resolved_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
         ):
             run_finetuning(config, pretrained)
     except LockError as e:

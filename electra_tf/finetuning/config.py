@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -216,8 +217,22 @@ class FinetuningConfig:
     def tasks_str(self) -> str:
         return ",".join(self.task_names)
 
-    def pretrained_model_dir(self) -> str:
+    def resolved_model_dir(self) -> str:
+        """`<data_dir>/models/<model_name>`: the model's folder, where pre-training wrote it
+        (`PretrainingConfig.resolved_model_dir()`) and where fine-tuning writes its trials,
+        results and test predictions. Not the `--pretrained` folder, which is only read."""
         return os.path.join(self.data_dir, "models", self.model_name)
+
+    def pretrained_model_dir(self) -> str:
+        """Deprecated (it is `<data_dir>/models/<model_name>`, not the `--pretrained`
+        folder): `resolved_model_dir()`."""
+        warnings.warn(
+            "FinetuningConfig.pretrained_model_dir() is deprecated: use resolved_model_dir() "
+            "(<data_dir>/models/<model_name>, not the --pretrained folder)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.resolved_model_dir()
 
     def raw_data_dir(self, task: str) -> str:
         return os.path.join(self.data_dir, "finetuning_data", task)
@@ -225,21 +240,23 @@ class FinetuningConfig:
     def resolved_vocab_file(self) -> str:
         if self.vocab_file:
             return self.vocab_file
-        in_model = os.path.join(self.pretrained_model_dir(), "vocab.txt")
+        in_model = os.path.join(self.resolved_model_dir(), "vocab.txt")
         return in_model if os.path.exists(in_model) else os.path.join(self.data_dir, "vocab.txt")
 
     def resolved_init_checkpoint(self) -> str | None:
         if self.init_checkpoint == "auto":
-            return None if self.debug else self.pretrained_model_dir()
+            return None if self.debug else self.resolved_model_dir()
         return self.init_checkpoint or None
 
     def model_dir(self, trial: int) -> str:
+        """One trial's fine-tuned model:
+        `<resolved_model_dir>/finetuning_models/<tasks>_model_<trial>`."""
         return os.path.join(
-            self.pretrained_model_dir(), "finetuning_models", f"{self.tasks_str}_model_{trial}"
+            self.resolved_model_dir(), "finetuning_models", f"{self.tasks_str}_model_{trial}"
         )
 
     def results_dir(self) -> str:
-        return os.path.join(self.pretrained_model_dir(), "results")
+        return os.path.join(self.resolved_model_dir(), "results")
 
     def results_path(self, ext: str) -> str:
         return os.path.join(self.results_dir(), f"{self.tasks_str}_results.{ext}")
@@ -250,13 +267,13 @@ class FinetuningConfig:
     def tfrecords_dir(self) -> str:
         suffix = "-debug" if self.debug else ""
         return os.path.join(
-            self.pretrained_model_dir(),
+            self.resolved_model_dir(),
             "finetuning_tfrecords",
             f"{self.tasks_str}_tfrecords{suffix}",
         )
 
     def test_predictions_dir(self) -> str:
-        return os.path.join(self.pretrained_model_dir(), "test_predictions")
+        return os.path.join(self.resolved_model_dir(), "test_predictions")
 
     def featurization_key(self) -> dict[str, Any]:
         """Every setting that changes featurized records; the TFRecord cache is keyed on it.
