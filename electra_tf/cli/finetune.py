@@ -28,7 +28,8 @@ def pretrained_hparams(folder: str) -> dict[str, str]:
     return {"init_checkpoint": folder, "vocab_file": vocab}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the original's flags, plus `--tasks` and `--pretrained`."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -43,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pretrained", help="a shipped model folder (weights + vocab.txt) to start from"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command: 0 done, 2 a bad config or init checkpoint, 1 the run failed."""
+    args = parse_args(argv)
     from electra_tf.tf_startup import start_tensorflow
 
     start_tensorflow()  # before anything imports TensorFlow: its CPU-only start-up noise is dropped
@@ -52,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
     from electra_tf.finetuning.task import DataError
+    from electra_tf.run_lock import LockError, RunLock
     from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
     try:
@@ -66,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from electra_tf.run_lock import LockError, RunLock
-
+    failures = (DataError, FileExistsError, FileNotFoundError, ConfigError, CheckpointError)
+    failures += (VocabError,)
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
         with RunLock(
@@ -77,14 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except LockError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (
-        DataError,
-        FileExistsError,
-        FileNotFoundError,
-        ConfigError,
-        CheckpointError,
-        VocabError,
-    ) as e:
+    except failures as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -145,6 +145,7 @@ class FinetuningConfig:
     overwrite: bool = False  # allow replacing existing fine-tuned model dirs
 
     def __post_init__(self) -> None:
+        """`task_names` as a tuple, from a list or a comma-separated string."""
         # JSON gives lists; a tuple keeps the frozen config hashable.
         if isinstance(self.task_names, str):
             object.__setattr__(self, "task_names", tuple(self.task_names.split(",")))
@@ -153,6 +154,7 @@ class FinetuningConfig:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> FinetuningConfig:
+        """Itself, once every field is known and in range; ConfigError naming the field."""
         if not self.task_names:
             raise ConfigError("task_names: at least one task is required")
         for name in self.task_names:
@@ -215,6 +217,7 @@ class FinetuningConfig:
 
     @property
     def tasks_str(self) -> str:
+        """`rte,sst`: the task names as they appear in file and directory names."""
         return ",".join(self.task_names)
 
     def resolved_model_dir(self) -> str:
@@ -235,15 +238,18 @@ class FinetuningConfig:
         return self.resolved_model_dir()
 
     def raw_data_dir(self, task: str) -> str:
+        """`<data_dir>/finetuning_data/<task>`: the task's downloaded .tsv / .json files."""
         return os.path.join(self.data_dir, "finetuning_data", task)
 
     def resolved_vocab_file(self) -> str:
+        """`vocab_file`, else the model folder's vocab.txt, else `<data_dir>/vocab.txt`."""
         if self.vocab_file:
             return self.vocab_file
         in_model = os.path.join(self.resolved_model_dir(), "vocab.txt")
         return in_model if os.path.exists(in_model) else os.path.join(self.data_dir, "vocab.txt")
 
     def resolved_init_checkpoint(self) -> str | None:
+        """The checkpoint the encoder starts from (see `init_checkpoint`); None: random."""
         if self.init_checkpoint == "auto":
             return None if self.debug else self.resolved_model_dir()
         return self.init_checkpoint or None
@@ -256,15 +262,19 @@ class FinetuningConfig:
         )
 
     def results_dir(self) -> str:
+        """`<resolved_model_dir>/results`: every run's results files."""
         return os.path.join(self.resolved_model_dir(), "results")
 
     def results_path(self, ext: str) -> str:
+        """`<results_dir>/<tasks>_results.<ext>` (txt or json)."""
         return os.path.join(self.results_dir(), f"{self.tasks_str}_results.{ext}")
 
     def qa_dir(self) -> str:
+        """`<results_dir>/<tasks>_qa`: the QA scorers' predictions and null odds."""
         return os.path.join(self.results_dir(), f"{self.tasks_str}_qa")
 
     def tfrecords_dir(self) -> str:
+        """The featurized examples' cache (`-debug` in debug mode)."""
         suffix = "-debug" if self.debug else ""
         return os.path.join(
             self.resolved_model_dir(),
@@ -273,6 +283,7 @@ class FinetuningConfig:
         )
 
     def test_predictions_dir(self) -> str:
+        """`<resolved_model_dir>/test_predictions`: `write_test_outputs`' files."""
         return os.path.join(self.resolved_model_dir(), "test_predictions")
 
     def featurization_key(self) -> dict[str, Any]:
@@ -295,10 +306,12 @@ class FinetuningConfig:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (what `save_finetuning_config` writes)."""
         return dataclasses.asdict(self)
 
 
 def file_sha1(path: str) -> str | None:
+    """The file's SHA-1 in hex; None when there is no such file."""
     if not os.path.exists(path):
         return None
     digest = hashlib.sha1()
@@ -408,6 +421,7 @@ def finetuning_config(
 
 
 def save_finetuning_config(config: FinetuningConfig, path: str) -> None:
+    """Writes `config` as sorted JSON (atomically); `load_finetuning_config` reads it."""
     write_json(path, config.to_dict(), indent=2, sort_keys=True)
 
 

@@ -12,7 +12,7 @@ import os
 import shutil
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -42,20 +42,29 @@ from electra_tf.finetuning.task import Task
 
 
 def log(*args: Any) -> None:
+    """A console line, flushed at once (runs are watched live, often through a pipe)."""
     print(*args, flush=True)
 
 
 class ProgressLogger(keras.callbacks.Callback):
     """Console line (loss, steps/s, ETA) and TensorBoard scalars every `every` steps."""
 
-    def __init__(self, total_steps: int, every: int, logdir: str | None, optimizer):
+    def __init__(
+        self,
+        total_steps: int,
+        every: int,
+        logdir: str | None,
+        optimizer: keras.optimizers.Optimizer,
+    ) -> None:
+        """`logdir`: where the TensorBoard scalars go (None: console only)."""
         super().__init__()
         self.total, self.every, self.opt = total_steps, max(1, every), optimizer
         self.writer = tf.summary.create_file_writer(logdir) if logdir else None
         self.step = 0
         self.start = self.last_time = None
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Counts the step; every `every` steps (and at the last) logs loss, lr, rate, ETA."""
         self.step += 1
         now = time.time()
         if self.start is None:
@@ -259,6 +268,7 @@ class ModelRunner:
         self._predict = tf.function(lambda f: self.model(f, training=False))
 
     def train(self) -> None:
+        """Fits the model on the train split (one pass over all epochs' batches), then saves."""
         config = self.config
         dataset, steps = self.preprocessor.prepare_train()
         self.train_steps = steps
@@ -287,12 +297,13 @@ class ModelRunner:
         self.save()
 
     def save(self) -> None:
+        """The trial's checkpoint, its fine-tuning config and its encoder's config."""
         TrainingCheckpoints(self.model_dir, 1, model=self.model).save(self.train_steps)
         save_finetuning_config(self.config, os.path.join(self.model_dir, FINETUNING_CONFIG_FILE))
         model_config = self.model.model_config.to_dict()
         write_json(os.path.join(self.model_dir, MODEL_CONFIG_FILE), model_config, indent=2)
 
-    def predict(self, tasks: list[Task], split: str):
+    def predict(self, tasks: list[Task], split: str) -> Iterator[tuple[Task, dict[str, Any]]]:
         """Yields (task, per-example result dict) for every real example of the split."""
         dataset, _ = self.preprocessor.prepare_predict(tasks, split)
         n_tasks = len(self.config.task_names)
@@ -310,13 +321,15 @@ class ModelRunner:
                 result["eid"] = int(batch[f"{task.name}_eid"][i])
                 yield task, result
 
-    def evaluate_task(self, task: Task, split: str = "dev"):
+    def evaluate_task(self, task: Task, split: str = "dev") -> Any:
+        """The task's scorer, fed every prediction of the split."""
         scorer = task.get_scorer(split)
         for _, result in self.predict([task], split):
             scorer.update(result)
         return scorer
 
     def evaluate(self) -> dict[str, dict[str, float]]:
+        """Every task's dev metrics, logged and returned by task name."""
         results = {}
         for task in self.tasks:
             scorer = self.evaluate_task(task)
@@ -325,6 +338,8 @@ class ModelRunner:
         return results
 
     def write_test_outputs(self, trial: int) -> None:
+        """Test-split predictions in the benchmarks' submission formats (GLUE .tsv, SQuAD 2.0
+        answers + null odds .json) under `test_predictions_dir()`."""
         out_dir = self.config.test_predictions_dir()
         os.makedirs(out_dir, exist_ok=True)
         for task in self.tasks:
@@ -371,6 +386,7 @@ def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str,
 
 
 def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
+    """`results/<tasks>_results.txt` (every trial, then the medians) and `.json` (+ config)."""
     median = summarize(results)
     lines = []
     for trial, trial_results in enumerate(results, start=1):
