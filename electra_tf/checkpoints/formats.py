@@ -12,8 +12,9 @@ also the keys of every model's `variable_map()`. So there is one name map per fo
 - hf (`hf`): `discriminator/` and/or `generator/` folders of config.json + model.safetensors,
   or one such folder on its own.
 
-`load_weights(model, path)` is the entry point for training and fine-tuning; `save_weights(...)`
-and `python -m electra_tf.convert` (`write_weights`) write the other direction.
+`load_weights(model, path)` loads a checkpoint into a built model; `pretrained.read_pretrained`
+reads one once for a fine-tuning run or an export. `save_weights(...)` and
+`python -m electra_tf.convert` (`write_weights`) write the other direction.
 """
 
 from __future__ import annotations

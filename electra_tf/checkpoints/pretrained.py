@@ -37,8 +37,8 @@ class PretrainedModel:
     vocab_file: str | None = None
     config_given: bool = False  # `config` came from the caller, not from the checkpoint
     _weights: list[SourceWeights] = dataclasses.field(
-        default_factory=list, repr=False, compare=False
-    )
+        default_factory=list, init=False, repr=False, compare=False
+    )  # the weights once read: a frozen instance keeps them in a list of at most one
 
     def weights(self) -> SourceWeights:
         """The weights by original name, read on the first call and kept for the next ones."""
