@@ -280,3 +280,40 @@ def test_cli_errors_name_the_problem(tmp_path, capsys):
     assert str(tmp_path / "models" / "none") in capsys.readouterr().err
     assert export.main([*args, "--task", "sst"]) == 1
     assert "finetuning_config.json not found" in capsys.readouterr().err
+
+
+def test_pretrained_is_read_once(exported, tmp_path, monkeypatch):
+    """`--pretrained DIR` (here an original checkpoint with its config.json and vocab.txt):
+    the format detected once, the config read once, the tensors once; the export is the one
+    `--checkpoint DIR --vocab-file DIR/vocab.txt` gives."""
+    from electra_tf.checkpoints import formats, hf, original, pretrained
+
+    counts = {"detect": 0, "config": 0, "tensors": 0}
+
+    def count(module, name, key):
+        function = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            counts[key] += 1
+            return function(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    count(formats, "detect_format", "detect")
+    for module, name in ((pretrained, "read_config_file"), (formats, "read_config")):
+        count(module, name, "config")
+    count(original, "infer_config", "config")
+    count(hf, "read_model_configs", "config")
+    count(formats, "read_original", "tensors")
+    model_dir = str(exported["model_dir"])
+    args = ["--data-dir", str(tmp_path), "--model-name", "other", "--kind", "encoder"]
+    args += ["--max-seq-length", str(MAX_LEN), "--pretrained", model_dir]
+    assert export.main(args) == 0
+    assert counts == {"detect": 1, "config": 1, "tensors": 1}
+    path = tmp_path / "models" / "other" / "serving" / "other_encoder" / "1" / "assets"
+    original_assets = os.path.join(exported["paths"][1], "assets")
+    for asset in ("config.json", "vocab.txt"):
+        with open(os.path.join(original_assets, asset), encoding="utf-8") as f:
+            assert (path / asset).read_text(encoding="utf-8") == f.read(), asset
+    info = json.loads((path / "export.json").read_text())
+    assert info["source"].startswith(model_dir) and info["global_step"] == 7

@@ -85,7 +85,9 @@ def test_paths_as_the_original(tmp_path):
     c = finetuning_config("electra_small", str(tmp_path), None, tasks="rte,sst")
     base = tmp_path / "models" / "electra_small"
     assert c.raw_data_dir("rte") == str(tmp_path / "finetuning_data" / "rte")
-    assert c.resolved_init_checkpoint() == str(base)
+    assert c.resolved_init_checkpoint() == c.resolved_model_dir() == str(base)
+    with pytest.warns(DeprecationWarning, match=r"use resolved_model_dir\(\)"):
+        assert c.pretrained_model_dir() == str(base)  # the old name, for one version
     assert c.model_dir(2) == str(base / "finetuning_models" / "rte,sst_model_2")
     assert c.results_path("txt") == str(base / "results" / "rte,sst_results.txt")
     assert c.resolved_vocab_file() == str(tmp_path / "vocab.txt")
@@ -126,7 +128,7 @@ def _hf_config_only(folder, hidden, layers):
     [(1024, 24, "large", 5e-5, 0.9), (768, 12, "base", 1e-4, 0.8), (256, 12, "small", 1e-4, 0.8)],
 )
 def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, decay):
-    from electra_tf.finetuning.runner import checkpoint_model_size
+    from electra_tf.runs.finetuning import checkpoint_model_size
 
     path = _hf_config_only(tmp_path / "disc", hidden, layers)
     c = finetuning_config(
@@ -143,7 +145,7 @@ def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, de
 
 def test_a_model_size_contradicting_the_checkpoint_is_refused(tmp_path):
     from electra_tf.finetuning.config import size_of_encoder
-    from electra_tf.finetuning.runner import check_model_size, checkpoint_model_size
+    from electra_tf.runs.finetuning import check_model_size, checkpoint_model_size
 
     path = _hf_config_only(tmp_path / "disc", 1024, 24)
     hparams = {"init_checkpoint": path, "model_size": "small"}

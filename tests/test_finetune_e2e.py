@@ -101,8 +101,8 @@ def test_cli_rejects_unknown_hparam(data_dir, capsys):
 def test_init_from_original_checkpoint(data_dir):
     from electra_tf.checkpoints import write_original_files
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
     from electra_tf.modeling import TransformerEncoder
+    from electra_tf.runs.finetuning import ModelRunner
 
     config = finetuning_config("tiny", str(data_dir), {**TINY, "task_names": ["sst"]})
     encoder = TransformerEncoder(config.model_config(), name="electra")
@@ -122,8 +122,8 @@ def _runner_over_original_checkpoint(data_dir, vocab_size):
     """A ModelRunner for sst over an original-format checkpoint with `vocab_size` rows."""
     from electra_tf.checkpoints import write_original_files
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
     from electra_tf.modeling import TransformerEncoder
+    from electra_tf.runs.finetuning import ModelRunner
 
     small = {**TINY, "vocab_size": vocab_size, "task_names": ["sst"]}
     encoder = TransformerEncoder(
@@ -160,7 +160,7 @@ def test_a_checkpoint_pretrained_with_another_vocabulary_is_warned_about(data_di
     from electra_tf.checkpoints import build_pretrainer, write_native_files
     from electra_tf.config import PretrainingConfig
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-    from electra_tf.finetuning.runner import ModelRunner
+    from electra_tf.runs.finetuning import ModelRunner
 
     # Pre-trained with "good" and "bad" at each other's ids: the same size, other meanings.
     swapped = (data_dir / "vocab.txt").read_text().replace("good", "TMP")
@@ -228,7 +228,7 @@ def test_dropout_comes_from_the_finetuning_config(data_dir, finetuning_overrides
     the sizes still come from the checkpoint."""
     from electra_tf.checkpoints import build_pretrainer, write_native_files
     from electra_tf.config import pretraining_config
-    from electra_tf.finetuning.runner import resolve_encoder
+    from electra_tf.runs.finetuning import resolve_encoder
 
     shape = dict(TINY["model_hparam_overrides"])
     no_dropout = {**shape, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -290,3 +290,83 @@ def test_a_rerun_with_the_same_seed_gives_the_same_model(data_dir):
     )
     reader = tf.train.load_checkpoint(other)
     assert any(not np.array_equal(reader.get_tensor(n), v) for n, v in weights[0].items())
+
+
+def _pretrained_folder(data_dir, fmt):
+    """A tiny pre-trained model saved in `fmt`, with its vocab.txt: a `--pretrained` folder."""
+    import shutil
+
+    from electra_tf.checkpoints import build_pretrainer, save_weights
+    from electra_tf.config import PretrainingConfig
+
+    overrides = {k: TINY[k] for k in ("model_hparam_overrides", "embedding_size", "vocab_size")}
+    config = PretrainingConfig(
+        model_size="small", max_seq_length=TINY["max_seq_length"], **overrides
+    ).resolve()
+    folder = data_dir / f"shipped_{fmt}"
+    save_weights(build_pretrainer(config), str(folder), fmt, config, global_step=5)
+    shutil.copy(data_dir / "vocab.txt", folder / "vocab.txt")
+    return str(folder)
+
+
+def _count_calls(monkeypatch, counts, key, module, *names):
+    """Counts under `key` every call of `module.<name>` (each name patched where it is used)."""
+    for name in names:
+        original = getattr(module, name)
+
+        def counted(*args, _original=original, **kwargs):
+            counts[key] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+
+def count_checkpoint_reads(monkeypatch):
+    """{"detect", "config", "tensors"}: how often a run detects a checkpoint's format, reads
+    its config and reads its tensors, counted at every reader of each."""
+    from electra_tf.checkpoints import formats, hf, native, original
+
+    counts = {"detect": 0, "config": 0, "tensors": 0}
+    _count_calls(monkeypatch, counts, "detect", formats, "detect_format")
+    _count_calls(monkeypatch, counts, "config", formats, "read_native_config", "infer_config")
+    _count_calls(monkeypatch, counts, "config", native, "read_native_config")
+    _count_calls(monkeypatch, counts, "config", original, "infer_config")
+    _count_calls(monkeypatch, counts, "config", hf, "read_model_configs", "read_pretraining_config")
+    _count_calls(monkeypatch, counts, "tensors", formats, "read_native", "read_original")
+    _count_calls(monkeypatch, counts, "tensors", hf, "read_tensors")
+    return counts
+
+
+@pytest.mark.parametrize("fmt", ["native", "original", "hf"])
+def test_pretrained_is_read_once_per_run(data_dir, monkeypatch, capsys, fmt):
+    """`--pretrained DIR`: the format detected once, the config read once and the tensors
+    read once, for the config's size rules and for both trials."""
+    folder = _pretrained_folder(data_dir, fmt)
+    counts = count_checkpoint_reads(monkeypatch)
+    hparams = {**TINY, "num_trials": 2}
+    argv = ["--data-dir", str(data_dir), "--model-name", "tiny", "--tasks", "sst"]
+    assert finetune.main([*argv, "--hparams", json.dumps(hparams), "--pretrained", folder]) == 0
+    assert counts == {"detect": 1, "config": 1, "tensors": 1}
+    out = capsys.readouterr().out
+    assert out.count(f"({fmt})") == 2 and "Loaded" in out  # both trials start from it
+
+
+def test_read_pretrained_holds_what_it_read(data_dir, monkeypatch):
+    from electra_tf.checkpoints import read_pretrained
+
+    folder = _pretrained_folder(data_dir, "hf")
+    counts = count_checkpoint_reads(monkeypatch)
+    pretrained = read_pretrained(folder)
+    assert (pretrained.path, pretrained.fmt) == (folder, "hf")
+    assert pretrained.vocab_file == os.path.join(folder, "vocab.txt")
+    assert pretrained.config.discriminator_config().hidden_size == 16
+    assert counts == {"detect": 1, "config": 1, "tensors": 0}  # tensors wait for weights()
+    source = pretrained.weights()
+    assert pretrained.weights() is source and source.fmt == "hf"
+    assert source.config == pretrained.config
+    assert counts == {"detect": 1, "config": 1, "tensors": 1}
+    # Reading the same folder the old way gives the same config and weights.
+    from electra_tf.checkpoints import read_weights
+
+    again = read_weights(folder)
+    assert again.config == source.config and again.weights.keys() == source.weights.keys()

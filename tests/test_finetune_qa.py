@@ -86,7 +86,7 @@ def test_span_scorer_on_crafted_outputs(data_dir):
 
 
 def test_multitask_squad_and_chunk_run(data_dir):
-    from electra_tf.finetuning.runner import run_finetuning
+    from electra_tf.runs.finetuning import run_finetuning
 
     hparams = {
         "init_checkpoint": None,

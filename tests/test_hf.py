@@ -153,3 +153,27 @@ def test_an_electric_discriminator_does_not_pass_as_electras(tmp_path, electric,
     assert hf.read_model_configs(str(tmp_path))["discriminator"].hidden_size == 8
     back = hf.read_hf(str(tmp_path)).config
     assert back.electric_objective is electric and back.electra_objective is not electric
+    assert hf.read_pretraining_config(str(tmp_path)) == back  # from config.json files alone
+
+
+@pytest.mark.parametrize("untied", [False, True])
+def test_read_pretrained_gives_the_config_read_hf_gives(tmp_path, untied):
+    """The config read before any tensor (`read_pretrained`) is the one the tensors give:
+    untied generator embeddings are told by their width."""
+    from electra_tf.checkpoints import build_pretrainer, read_pretrained, read_weights, save_weights
+    from electra_tf.config import PretrainingConfig
+
+    shape = {"hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 32}
+    config = PretrainingConfig(
+        model_hparam_overrides={**shape, "num_attention_heads": 1},
+        vocab_size=11,
+        embedding_size=8,
+        max_seq_length=16,
+        untied_generator_embeddings=untied,
+    ).resolve()
+    save_weights(build_pretrainer(config), str(tmp_path / "m"), "hf", config)
+    pretrained = read_pretrained(str(tmp_path / "m"))
+    source = read_weights(str(tmp_path / "m"))
+    assert source.config.untied_generator_embeddings is untied
+    assert pretrained.config == source.config == pretrained.weights().config
+    assert pretrained.weights().weights.keys() == source.weights.keys()

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),
     ("checkpoints and serving", ("checkpoints", "serving")),
-    ("runs", ("pretraining.loop", "finetuning.runner")),
+    ("runs", ("runs", "pretraining.loop")),
     (
         "commands and API",
         ("cli", "pretrain", "finetune", "export", "convert", "api", "evaluation", ""),

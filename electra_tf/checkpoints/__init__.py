@@ -2,6 +2,7 @@
 
 | module             | what lives there                                                      |
 | ------------------ | --------------------------------------------------------------------- |
+| `pretrained`       | `read_pretrained`: a pre-trained model read once (format, config, weights) |
 | `formats`          | the entry points: `load_weights`, `save_weights`, `read_weights`, `write_weights` |
 | `weights`          | the neutral form (`SourceWeights`, by original name) and fitting it into a model |
 | `native`           | this project's object-based checkpoints (`ckpt-<step>` + config.json) |
@@ -31,6 +32,7 @@ from electra_tf.checkpoints.formats import (
 )
 from electra_tf.checkpoints.native import CHECKPOINT_PREFIX, build_pretrainer, write_native_files
 from electra_tf.checkpoints.original import write_original_files
+from electra_tf.checkpoints.pretrained import PretrainedModel, read_pretrained, saved_config
 from electra_tf.checkpoints.weights import (
     LoadResult,
     SourceWeights,
@@ -49,6 +51,7 @@ __all__ = [
     "FORMATS",
     "CheckpointError",
     "LoadResult",
+    "PretrainedModel",
     "SourceWeights",
     "assign",
     "build_pretrainer",
@@ -62,9 +65,11 @@ __all__ = [
     "model_weights",
     "read_config",
     "read_config_file",
+    "read_pretrained",
     "read_weights",
     "resolve_prefix",
     "save_weights",
+    "saved_config",
     "summarize",
     "write_native_files",
     "write_original_files",

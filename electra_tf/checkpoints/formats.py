@@ -12,8 +12,9 @@ format (HF: `hf`) and none for our own models.
 - hf (`hf`): `discriminator/` and/or `generator/` folders of config.json + model.safetensors,
   or one such folder on its own.
 
-`load_weights(model, path)` is the entry point for training and fine-tuning; `save_weights(...)`
-and `python -m electra_tf.convert` (`write_weights`) write the other direction.
+`load_weights(model, path)` loads a checkpoint into a built model; `pretrained.read_pretrained`
+reads one once for a fine-tuning run or an export. `save_weights(...)` and
+`python -m electra_tf.convert` (`write_weights`) write the other direction.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
         shapes = open_checkpoint(prefix).get_variable_to_shape_map()
         return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
     if fmt == "hf":
-        return hf.pretraining_config(hf.read_model_configs(path), False, path)
+        return hf.read_pretraining_config(path)
     raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
 
 

@@ -312,6 +312,23 @@ def read_model_configs(path: str) -> dict[str, ModelConfig]:
     }
 
 
+def read_pretraining_config(path: str) -> PretrainingConfig:
+    """The PretrainingConfig of the HF folders at `path`, each config.json read once, no
+    tensors: Electric when the discriminator folder says so (`is_electric`), untied generator
+    embeddings when the generator's embedding width is not the discriminator's (tables of equal
+    width are told apart by their values only: `read_hf` compares them)."""
+    found = folders(path)
+    raw = {part: _read_config_json(folder) for part, folder in found.items()}
+    configs = {
+        part: model_config_from_dict(values, os.path.join(found[part], CONFIG_FILE))
+        for part, values in raw.items()
+    }
+    electric = raw.get(DISCRIMINATOR, {}).get("electric_objective") is True
+    disc, gen = configs.get(DISCRIMINATOR), configs.get(GENERATOR)
+    untied = bool(disc and gen and gen.embedding_width != disc.embedding_width)
+    return pretraining_config(configs, untied, path, electric=electric)
+
+
 def is_electric(path: str) -> bool:
     """Whether the discriminator folder at `path` says it is Electric's (`write_hf_files`)."""
     folder = folders(path).get(DISCRIMINATOR)
@@ -350,7 +367,15 @@ def _with_model_prefix(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def read(
     path: str, masked_lm: bool = False
 ) -> tuple[dict[str, np.ndarray], dict[str, ModelConfig], list[str]]:
-    """Weights by original name, the ModelConfig per folder, and the HF keys left unused.
+    """Weights by original name, the ModelConfig per folder, and the HF keys left unused
+    (`read_tensors`, plus each folder's config.json)."""
+    configs = read_model_configs(path)
+    weights, unused = read_tensors(path, masked_lm)
+    return weights, configs, unused
+
+
+def read_tensors(path: str, masked_lm: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Weights by original name and the HF keys left unused; no config.json is parsed.
 
     With both folders, the generator's embeddings are the shared ones when they equal the
     discriminator's bit for bit (a tied export); otherwise they become `generator/embeddings/*`.
@@ -358,7 +383,6 @@ def read(
     """
     weights: dict[str, np.ndarray] = {}
     unused: list[str] = []
-    configs = read_model_configs(path)
     tensors_by_part = {
         part: _with_model_prefix(_folder_tensors(folder)) for part, folder in folders(path).items()
     }
@@ -384,7 +408,7 @@ def read(
                 unused.append(f"{part}/{hf_name}")
                 continue
             weights[name] = value.T if is_kernel(name) else value
-    return weights, configs, unused
+    return weights, unused
 
 
 def write(
@@ -437,9 +461,10 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
     # A generator folder on its own (ElectraForMaskedLM) is a masked LM: without a config
     # it is the original's BERT-objective model, which has exactly that network and head.
     masked_lm = not config.has_discriminator if config else set(folders(path)) == {GENERATOR}
-    weights, configs, unused = read(path, masked_lm)
+    weights, unused = read_tensors(path, masked_lm)
     if config is None:
         untied = "generator/embeddings/word_embeddings" in weights
+        configs = read_model_configs(path)
         config = pretraining_config(configs, untied, path, electric=is_electric(path))
     return SourceWeights(weights, "hf", path, config, None, [], unused)
 

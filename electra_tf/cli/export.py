@@ -23,8 +23,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from electra_tf.config import DEFAULT_QUERY_BLOCKS
+
+if TYPE_CHECKING:
+    from electra_tf.checkpoints import SourceWeights
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -69,11 +73,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.query_blocks < 1:
         parser.error(f"--query-blocks: {args.query_blocks} must be >= 1")
-    if args.pretrained:
-        if args.task:
-            parser.error("--pretrained exports a pre-trained model; --task a fine-tuned one")
-        args.checkpoint = args.checkpoint or args.pretrained
-        args.vocab_file = args.vocab_file or os.path.join(args.pretrained, "vocab.txt")
+    if args.pretrained and args.task:
+        parser.error("--pretrained exports a pre-trained model; --task a fine-tuned one")
     return args
 
 
@@ -118,14 +119,33 @@ def _export(
         )  # fmt: skip
         specs = [spec]
     else:
+        checkpoint, vocab_file, source = _pretrained_source(args, model_dir)
         specs = sources.pretrained_specs(
-            args.model_name, model_dir, kinds, args.checkpoint, args.vocab_file,
-            args.max_seq_length, args.jit_compile, args.query_blocks,
+            args.model_name, model_dir, kinds, checkpoint, vocab_file,
+            args.max_seq_length, args.jit_compile, args.query_blocks, source,
         )  # fmt: skip
     for spec in specs:
         path = write_export(spec, output_dir, args.version, args.overwrite)
         print(f"exported {spec.kind} -> {path}")
     return 0
+
+
+def _pretrained_source(
+    args: argparse.Namespace, model_dir: str
+) -> tuple[str | None, str | None, SourceWeights | None]:
+    """(checkpoint, vocab_file, weights or None) for a pre-trained export. `--pretrained DIR`
+    is `--checkpoint DIR --vocab-file DIR/vocab.txt`, each unless given: DIR is read once
+    (`checkpoints.read_pretrained`, with the config saved beside it or in the model dir)."""
+    if not args.pretrained:
+        return args.checkpoint, args.vocab_file, None
+    vocab_file = args.vocab_file or os.path.join(args.pretrained, "vocab.txt")
+    if args.checkpoint:
+        return args.checkpoint, vocab_file, None
+    from electra_tf import checkpoints
+
+    saved = checkpoints.saved_config(args.pretrained, model_dir)
+    pretrained = checkpoints.read_pretrained(args.pretrained, config=saved)
+    return pretrained.path, args.vocab_file or pretrained.vocab_file, pretrained.weights()
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ def pretrained_hparams(folder: str) -> dict[str, str]:
     return {"init_checkpoint": folder, "vocab_file": vocab}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: the original's flags, plus `--tasks` and `--pretrained`."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -43,52 +44,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pretrained", help="a shipped model folder (weights + vocab.txt) to start from"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command: 0 done, 2 a bad config or init checkpoint, 1 the run failed."""
+    args = parse_args(argv)
     from electra_tf.tf_startup import start_tensorflow
 
     start_tensorflow()  # before anything imports TensorFlow: its CPU-only start-up noise is dropped
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
-    from electra_tf.finetuning.config import finetuning_config
-    from electra_tf.finetuning.runner import checkpoint_model_size, run_finetuning
     from electra_tf.finetuning.task import DataError
+    from electra_tf.run_lock import LockError, RunLock
+    from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
     try:
         hparams = parse_hparams(args.hparams)
         if args.pretrained:
             hparams = {**pretrained_hparams(args.pretrained), **hparams}
-        # The size rules (learning rate, layer-wise decay) follow the checkpoint's encoder.
-        config = finetuning_config(
-            args.model_name,
-            args.data_dir,
-            hparams,
-            tasks=args.tasks,
-            checkpoint_size=checkpoint_model_size,
+        # The init checkpoint, read once: the size rules (learning rate, layer-wise decay)
+        # follow its encoder, and every trial starts from it.
+        config, pretrained = prepare_finetuning(
+            args.model_name, args.data_dir, hparams, tasks=args.tasks
         )
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from electra_tf.run_lock import LockError, RunLock
-
+    failures = (DataError, FileExistsError, FileNotFoundError, ConfigError, CheckpointError)
+    failures += (VocabError,)
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
         with RunLock(
-            config.pretrained_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
+            config.resolved_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
         ):
-            run_finetuning(config)
+            run_finetuning(config, pretrained)
     except LockError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (
-        DataError,
-        FileExistsError,
-        FileNotFoundError,
-        ConfigError,
-        CheckpointError,
-        VocabError,
-    ) as e:
+    except failures as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -144,6 +145,7 @@ class FinetuningConfig:
     overwrite: bool = False  # allow replacing existing fine-tuned model dirs
 
     def __post_init__(self) -> None:
+        """`task_names` as a tuple, from a list or a comma-separated string."""
         # JSON gives lists; a tuple keeps the frozen config hashable.
         if isinstance(self.task_names, str):
             object.__setattr__(self, "task_names", tuple(self.task_names.split(",")))
@@ -152,6 +154,7 @@ class FinetuningConfig:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> FinetuningConfig:
+        """Itself, once every field is known and in range; ConfigError naming the field."""
         if not self.task_names:
             raise ConfigError("task_names: at least one task is required")
         for name in self.task_names:
@@ -214,49 +217,74 @@ class FinetuningConfig:
 
     @property
     def tasks_str(self) -> str:
+        """`rte,sst`: the task names as they appear in file and directory names."""
         return ",".join(self.task_names)
 
-    def pretrained_model_dir(self) -> str:
+    def resolved_model_dir(self) -> str:
+        """`<data_dir>/models/<model_name>`: the model's folder, where pre-training wrote it
+        (`PretrainingConfig.resolved_model_dir()`) and where fine-tuning writes its trials,
+        results and test predictions. Not the `--pretrained` folder, which is only read."""
         return os.path.join(self.data_dir, "models", self.model_name)
 
+    def pretrained_model_dir(self) -> str:
+        """Deprecated (it is `<data_dir>/models/<model_name>`, not the `--pretrained`
+        folder): `resolved_model_dir()`."""
+        warnings.warn(
+            "FinetuningConfig.pretrained_model_dir() is deprecated: use resolved_model_dir() "
+            "(<data_dir>/models/<model_name>, not the --pretrained folder)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.resolved_model_dir()
+
     def raw_data_dir(self, task: str) -> str:
+        """`<data_dir>/finetuning_data/<task>`: the task's downloaded .tsv / .json files."""
         return os.path.join(self.data_dir, "finetuning_data", task)
 
     def resolved_vocab_file(self) -> str:
+        """`vocab_file`, else the model folder's vocab.txt, else `<data_dir>/vocab.txt`."""
         if self.vocab_file:
             return self.vocab_file
-        in_model = os.path.join(self.pretrained_model_dir(), "vocab.txt")
+        in_model = os.path.join(self.resolved_model_dir(), "vocab.txt")
         return in_model if os.path.exists(in_model) else os.path.join(self.data_dir, "vocab.txt")
 
     def resolved_init_checkpoint(self) -> str | None:
+        """The checkpoint the encoder starts from (see `init_checkpoint`); None: random."""
         if self.init_checkpoint == "auto":
-            return None if self.debug else self.pretrained_model_dir()
+            return None if self.debug else self.resolved_model_dir()
         return self.init_checkpoint or None
 
     def model_dir(self, trial: int) -> str:
+        """One trial's fine-tuned model:
+        `<resolved_model_dir>/finetuning_models/<tasks>_model_<trial>`."""
         return os.path.join(
-            self.pretrained_model_dir(), "finetuning_models", f"{self.tasks_str}_model_{trial}"
+            self.resolved_model_dir(), "finetuning_models", f"{self.tasks_str}_model_{trial}"
         )
 
     def results_dir(self) -> str:
-        return os.path.join(self.pretrained_model_dir(), "results")
+        """`<resolved_model_dir>/results`: every run's results files."""
+        return os.path.join(self.resolved_model_dir(), "results")
 
     def results_path(self, ext: str) -> str:
+        """`<results_dir>/<tasks>_results.<ext>` (txt or json)."""
         return os.path.join(self.results_dir(), f"{self.tasks_str}_results.{ext}")
 
     def qa_dir(self) -> str:
+        """`<results_dir>/<tasks>_qa`: the QA scorers' predictions and null odds."""
         return os.path.join(self.results_dir(), f"{self.tasks_str}_qa")
 
     def tfrecords_dir(self) -> str:
+        """The featurized examples' cache (`-debug` in debug mode)."""
         suffix = "-debug" if self.debug else ""
         return os.path.join(
-            self.pretrained_model_dir(),
+            self.resolved_model_dir(),
             "finetuning_tfrecords",
             f"{self.tasks_str}_tfrecords{suffix}",
         )
 
     def test_predictions_dir(self) -> str:
-        return os.path.join(self.pretrained_model_dir(), "test_predictions")
+        """`<resolved_model_dir>/test_predictions`: `write_test_outputs`' files."""
+        return os.path.join(self.resolved_model_dir(), "test_predictions")
 
     def featurization_key(self) -> dict[str, Any]:
         """Every setting that changes featurized records; the TFRecord cache is keyed on it.
@@ -278,10 +306,12 @@ class FinetuningConfig:
         }
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (what `save_finetuning_config` writes)."""
         return dataclasses.asdict(self)
 
 
 def file_sha1(path: str) -> str | None:
+    """The file's SHA-1 in hex; None when there is no such file."""
     if not os.path.exists(path):
         return None
     digest = hashlib.sha1()
@@ -328,29 +358,53 @@ def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bo
     return rules
 
 
+def _overrides(hparams: str | Mapping[str, Any] | None, tasks: str | None) -> dict[str, Any]:
+    """The user's values: `hparams` (JSON, a .json file or a mapping), then `--tasks`."""
+    overrides = dict(
+        parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
+    )
+    if tasks:
+        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    return overrides
+
+
+def user_config(
+    model_name: str = "electra",
+    data_dir: str = "data",
+    hparams: str | Mapping[str, Any] | None = None,
+    tasks: str | None = None,
+) -> FinetuningConfig:
+    """Defaults + the user's values, keys and types checked, no rules applied: what the user
+    named, e.g. the init checkpoint to read before `finetuning_config` sizes the rules by it."""
+    config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
+    return replace_checked(config, _overrides(hparams, tasks), where="hparams")
+
+
 def finetuning_config(
     model_name: str = "electra",
     data_dir: str = "data",
     hparams: str | Mapping[str, Any] | None = None,
     tasks: str | None = None,
     checkpoint_size: Callable[[FinetuningConfig], str | None] | None = None,
+    checkpoint_config: PretrainingConfig | None = None,
 ) -> FinetuningConfig:
     """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams).
 
-    `checkpoint_size(config)` gives the model size of the init checkpoint's encoder (the runner's
-    `checkpoint_model_size`). The size rules (learning rate, layer-wise decay) then follow the
-    checkpoint, and an explicit `model_size` that contradicts it is an error: the original
-    failed loudly on that mismatch, a silent "small" learning rate for a Large model would not.
+    `checkpoint_config`: the init checkpoint's config (`checkpoints.read_pretrained(path)
+    .config`; `runs.finetuning.prepare_finetuning` reads it). Or `checkpoint_size(config)`:
+    the model size of the init checkpoint's encoder (`runs.finetuning.checkpoint_model_size`).
+    The size rules (learning rate, layer-wise decay) then follow the checkpoint, and an
+    explicit `model_size` that contradicts it is an error: the original failed loudly on that
+    mismatch, a silent "small" learning rate for a Large model would not.
     """
-    overrides = dict(
-        parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
-    )
-    if tasks:
-        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    overrides = _overrides(hparams, tasks)
     config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
     # Validate keys first so a typo is reported before any rule runs.
     probe = replace_checked(config, overrides, where="hparams")
-    size = checkpoint_size(probe) if checkpoint_size else None
+    if checkpoint_config is not None:
+        size = size_of_encoder(checkpoint_config.discriminator_config())
+    else:
+        size = checkpoint_size(probe) if checkpoint_size else None
     if size is not None:
         if overrides.get("model_size", size) != size:
             raise ConfigError(
@@ -367,6 +421,7 @@ def finetuning_config(
 
 
 def save_finetuning_config(config: FinetuningConfig, path: str) -> None:
+    """Writes `config` as sorted JSON (atomically); `load_finetuning_config` reads it."""
     write_json(path, config.to_dict(), indent=2, sort_keys=True)
 
 

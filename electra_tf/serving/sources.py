@@ -38,9 +38,11 @@ def pretrained_specs(
     max_seq_length: int | None = None,
     jit_compile: bool = False,
     query_blocks: int = DEFAULT_QUERY_BLOCKS,
+    source: checkpoints.SourceWeights | None = None,
 ) -> list[ExportSpec]:
     """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
-    in `model_dir`, or from `checkpoint` (a directory or prefix).
+    in `model_dir`, or from `checkpoint` (a directory or prefix), or from `source`, its weights
+    already read (`checkpoints.read_pretrained(path).weights()`, export's --pretrained).
 
     The discriminator of an Electric model (`electric_objective`) is exported as kind
     "electric": its head outputs energies, so it serves Electric's scores (`score_text`), not
@@ -60,8 +62,8 @@ def pretrained_specs(
         ),
         None,
     )
-    given = checkpoints.read_config_file(config_file) if config_file else None
-    source = checkpoints.read_weights(path, config=given)
+    given = checkpoints.read_config_file(config_file) if config_file and not source else None
+    source = source or checkpoints.read_weights(path, config=given)
     config: PretrainingConfig = source.config
     model_config = config.discriminator_config()
     vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)

@@ -12,22 +12,26 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf import optimization
+from electra_tf import checkpoints, optimization
 from electra_tf.atomic_io import write_json, write_text
+from electra_tf.checkpoints import PretrainedModel, SourceWeights
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.config import ConfigError, ModelConfig
+from electra_tf.config import ConfigError, ModelConfig, parse_hparams
 from electra_tf.data.tokenization import id_count, load_vocab
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
     FinetuningConfig,
+    finetuning_config,
     save_finetuning_config,
     size_of_encoder,
+    user_config,
 )
 from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
@@ -38,20 +42,29 @@ from electra_tf.finetuning.task import Task
 
 
 def log(*args: Any) -> None:
+    """A console line, flushed at once (runs are watched live, often through a pipe)."""
     print(*args, flush=True)
 
 
 class ProgressLogger(keras.callbacks.Callback):
     """Console line (loss, steps/s, ETA) and TensorBoard scalars every `every` steps."""
 
-    def __init__(self, total_steps: int, every: int, logdir: str | None, optimizer):
+    def __init__(
+        self,
+        total_steps: int,
+        every: int,
+        logdir: str | None,
+        optimizer: keras.optimizers.Optimizer,
+    ) -> None:
+        """`logdir`: where the TensorBoard scalars go (None: console only)."""
         super().__init__()
         self.total, self.every, self.opt = total_steps, max(1, every), optimizer
         self.writer = tf.summary.create_file_writer(logdir) if logdir else None
         self.step = 0
         self.start = self.last_time = None
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Counts the step; every `every` steps (and at the last) logs loss, lr, rate, ETA."""
         self.step += 1
         now = time.time()
         if self.start is None:
@@ -89,16 +102,46 @@ FINETUNING_MODEL_FIELDS = (
 )
 
 
-def checkpoint_model_size(config: FinetuningConfig) -> str | None:
-    """The model size of the init checkpoint's encoder (from its config or shapes alone), or
-    None: no init checkpoint, none there yet (the run reports that), or a custom shape."""
+def read_init_checkpoint(config: FinetuningConfig) -> PretrainedModel | None:
+    """The config's init checkpoint, its format detected and its config read (the tensors on
+    first use), or None: random initialisation, or nothing there yet (the run reports that)."""
     path = config.resolved_init_checkpoint()
     if not path or not os.path.exists(path if os.path.isdir(path) else path + ".index"):
         return None
-    from electra_tf import checkpoints
+    return checkpoints.read_pretrained(path, config.init_checkpoint_format)
 
-    source_config = checkpoints.read_config(path, config.init_checkpoint_format)
-    return size_of_encoder(source_config.discriminator_config())
+
+def prepare_finetuning(
+    model_name: str,
+    data_dir: str,
+    hparams: str | Mapping[str, Any] | None = None,
+    tasks: str | None = None,
+) -> tuple[FinetuningConfig, PretrainedModel | None]:
+    """The run's config and its init checkpoint, read once; `run_finetuning(*prepared)`.
+
+    The init checkpoint is the one the user's values name (`--pretrained`, `init_checkpoint`
+    or `<data_dir>/models/<model_name>`); the size rules (learning rate, layer-wise decay)
+    follow its encoder, as `finetuning_config(..., checkpoint_config=...)` describes.
+    """
+    overrides = parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
+    pretrained = read_init_checkpoint(user_config(model_name, data_dir, overrides, tasks))
+    config = finetuning_config(
+        model_name,
+        data_dir,
+        overrides,
+        tasks,
+        checkpoint_config=pretrained.config if pretrained else None,
+    )
+    return config, pretrained
+
+
+def checkpoint_model_size(config: FinetuningConfig) -> str | None:
+    """The model size of the init checkpoint's encoder (from its config or shapes alone), or
+    None: no init checkpoint, none there yet (the run reports that), or a custom shape.
+    `finetuning_config(..., checkpoint_size=checkpoint_model_size)`; `prepare_finetuning`
+    reads the checkpoint once for both the config and the run."""
+    pretrained = read_init_checkpoint(config)
+    return size_of_encoder(pretrained.config.discriminator_config()) if pretrained else None
 
 
 def check_model_size(config: FinetuningConfig, model_config: ModelConfig) -> None:
@@ -108,26 +151,38 @@ def check_model_size(config: FinetuningConfig, model_config: ModelConfig) -> Non
         raise ConfigError(
             f"model_size is {config.model_size!r} but {config.resolved_init_checkpoint()} holds "
             f"a {size} encoder, so the learning-rate rules would be the wrong size's: build the "
-            f"config with finetuning_config(..., checkpoint_size=checkpoint_model_size) "
-            f'(the finetune command does) or set "model_size": "{size}"'
+            f"config with prepare_finetuning(...) (the finetune command does) "
+            f'or set "model_size": "{size}"'
         )
 
 
-def resolve_encoder(config: FinetuningConfig) -> tuple[ModelConfig, Any]:
+def init_checkpoint(
+    config: FinetuningConfig, pretrained: PretrainedModel | None = None
+) -> PretrainedModel | None:
+    """`pretrained` (already read), else the config's init checkpoint read now (a missing one
+    is a CheckpointError); None when the encoder starts from random values."""
+    path = config.resolved_init_checkpoint()
+    if not path:
+        return None
+    return pretrained or checkpoints.read_pretrained(path, config.init_checkpoint_format)
+
+
+def resolve_encoder(
+    config: FinetuningConfig, pretrained: PretrainedModel | None = None
+) -> tuple[ModelConfig, SourceWeights | None]:
     """The encoder config and, unless initialising randomly, the source weights.
 
+    `pretrained`: the init checkpoint, read (`read_init_checkpoint`); read here when None.
     A checkpoint's own config (saved beside it, or inferred from its shapes) wins over
     `model_size` for what defines the weights (sizes, vocabulary, activation); dropout and the
     initializer range come from the fine-tuning config, as in the original, where fine-tuning
     built its encoder from its own hparams. A model pre-trained without dropout still
     fine-tunes with the fine-tuning config's dropout.
     """
-    path = config.resolved_init_checkpoint()
-    if not path:
+    pretrained = init_checkpoint(config, pretrained)
+    if pretrained is None:
         return config.model_config(), None
-    from electra_tf import checkpoints
-
-    source = checkpoints.read_weights(path, config.init_checkpoint_format)
+    source = pretrained.weights()
     finetuning = config.model_config()
     model_config = dataclasses.replace(
         source.config.discriminator_config(),
@@ -161,7 +216,9 @@ def check_vocab_fits(
         )
 
 
-def check_vocab_matches(config: FinetuningConfig, source: Any, tasks: list[Task]) -> None:
+def check_vocab_matches(
+    config: FinetuningConfig, source: SourceWeights | None, tasks: list[Task]
+) -> None:
     """Warns when a native checkpoint was pre-trained with a different vocabulary file.
 
     The run's config.json records the vocabulary it used; when that file still exists and its
@@ -187,16 +244,22 @@ def check_vocab_matches(config: FinetuningConfig, source: Any, tasks: list[Task]
 class ModelRunner:
     """One trial: a model, its optimizer, its training and its evaluation."""
 
-    def __init__(self, config: FinetuningConfig, tasks: list[Task], model_dir: str):
+    def __init__(
+        self,
+        config: FinetuningConfig,
+        tasks: list[Task],
+        model_dir: str,
+        pretrained: PretrainedModel | None = None,
+    ):
+        """`pretrained`: the init checkpoint, read once per run (`read_init_checkpoint`);
+        None reads the config's own here."""
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
         self.preprocessor = Preprocessor(config, tasks)
-        model_config, source = resolve_encoder(config)
+        model_config, source = resolve_encoder(config, pretrained)
         check_vocab_fits(config, model_config, tasks)
         check_vocab_matches(config, source, tasks)
         self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
         if source is not None:
-            from electra_tf import checkpoints
-
             result = checkpoints.assign(
                 self.model.variable_map(), source, where="fine-tuning model"
             )
@@ -205,6 +268,7 @@ class ModelRunner:
         self._predict = tf.function(lambda f: self.model(f, training=False))
 
     def train(self) -> None:
+        """Fits the model on the train split (one pass over all epochs' batches), then saves."""
         config = self.config
         dataset, steps = self.preprocessor.prepare_train()
         self.train_steps = steps
@@ -233,12 +297,13 @@ class ModelRunner:
         self.save()
 
     def save(self) -> None:
+        """The trial's checkpoint, its fine-tuning config and its encoder's config."""
         TrainingCheckpoints(self.model_dir, 1, model=self.model).save(self.train_steps)
         save_finetuning_config(self.config, os.path.join(self.model_dir, FINETUNING_CONFIG_FILE))
         model_config = self.model.model_config.to_dict()
         write_json(os.path.join(self.model_dir, MODEL_CONFIG_FILE), model_config, indent=2)
 
-    def predict(self, tasks: list[Task], split: str):
+    def predict(self, tasks: list[Task], split: str) -> Iterator[tuple[Task, dict[str, Any]]]:
         """Yields (task, per-example result dict) for every real example of the split."""
         dataset, _ = self.preprocessor.prepare_predict(tasks, split)
         n_tasks = len(self.config.task_names)
@@ -256,13 +321,15 @@ class ModelRunner:
                 result["eid"] = int(batch[f"{task.name}_eid"][i])
                 yield task, result
 
-    def evaluate_task(self, task: Task, split: str = "dev"):
+    def evaluate_task(self, task: Task, split: str = "dev") -> Any:
+        """The task's scorer, fed every prediction of the split."""
         scorer = task.get_scorer(split)
         for _, result in self.predict([task], split):
             scorer.update(result)
         return scorer
 
     def evaluate(self) -> dict[str, dict[str, float]]:
+        """Every task's dev metrics, logged and returned by task name."""
         results = {}
         for task in self.tasks:
             scorer = self.evaluate_task(task)
@@ -271,6 +338,8 @@ class ModelRunner:
         return results
 
     def write_test_outputs(self, trial: int) -> None:
+        """Test-split predictions in the benchmarks' submission formats (GLUE .tsv, SQuAD 2.0
+        answers + null odds .json) under `test_predictions_dir()`."""
         out_dir = self.config.test_predictions_dir()
         os.makedirs(out_dir, exist_ok=True)
         for task in self.tasks:
@@ -317,6 +386,7 @@ def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str,
 
 
 def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
+    """`results/<tasks>_results.txt` (every trial, then the medians) and `.json` (+ config)."""
     median = summarize(results)
     lines = []
     for trial, trial_results in enumerate(results, start=1):
@@ -332,7 +402,14 @@ def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, fl
     log(f"Wrote results to {config.results_path('txt')}")
 
 
-def run_finetuning(config: FinetuningConfig) -> list[dict[str, dict[str, float]]]:
+def run_finetuning(
+    config: FinetuningConfig, pretrained: PretrainedModel | None = None
+) -> list[dict[str, dict[str, float]]]:
+    """Every trial: train (or restore), evaluate, write the results so far.
+
+    `pretrained`: the config's init checkpoint, read (`prepare_finetuning`); when None, it is
+    read at the first trial. Either way every trial starts from the one read.
+    """
     if config.num_trials < 1:
         raise ValueError("num_trials must be >= 1")
     tokenizer = make_tokenizer(config)
@@ -352,7 +429,8 @@ def run_finetuning(config: FinetuningConfig) -> list[dict[str, dict[str, float]]
         if config.do_train and os.path.exists(model_dir):
             shutil.rmtree(model_dir)  # checked above: empty, or `overwrite` is set
         os.makedirs(model_dir, exist_ok=True)
-        runner = ModelRunner(config, tasks, model_dir)
+        pretrained = init_checkpoint(config, pretrained)
+        runner = ModelRunner(config, tasks, model_dir, pretrained)
         if config.do_train:
             runner.train()
         else:

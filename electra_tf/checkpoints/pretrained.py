@@ -1,0 +1,101 @@
+"""`read_pretrained(path)`: a pre-trained model read once, for everything that starts from one.
+
+A fine-tuning run, the config built for it and `export --pretrained` all take the one
+`PretrainedModel` this returns: the format is detected once and the checkpoint's config read
+once. The tensors are read on first use (`PretrainedModel.weights()`) and kept, so that sizing
+a config from the checkpoint reads no tensors and a run of several trials reads them once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from electra_tf.checkpoints import formats
+from electra_tf.checkpoints.config_inference import read_config_file
+from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
+from electra_tf.checkpoints.weights import SourceWeights
+from electra_tf.config import PretrainingConfig
+
+VOCAB_FILE = "vocab.txt"  # beside a shipped model's weights (`pretrained/<name>/vocab.txt`)
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedModel:
+    """A checkpoint of any format, its format detected and its config read, once.
+
+    `path`: the folder or checkpoint prefix as given. `fmt`: "native", "original" or "hf".
+    `config`: the PretrainingConfig given to `read_pretrained`, else the checkpoint's own (a
+    native checkpoint's config.json, an original one's shapes, an HF folder's config.json
+    files). `vocab_file`: the `vocab.txt` beside the weights, None when there is none.
+    """
+
+    path: str
+    fmt: str
+    config: PretrainingConfig
+    vocab_file: str | None = None
+    config_given: bool = False  # `config` came from the caller, not from the checkpoint
+    _weights: list[SourceWeights] = dataclasses.field(
+        default_factory=list, init=False, repr=False, compare=False
+    )  # the weights once read: a frozen instance keeps them in a list of at most one
+
+    def weights(self) -> SourceWeights:
+        """The weights by original name, read on the first call and kept for the next ones."""
+        if not self._weights:
+            self._weights.append(_read_weights(self))
+        return self._weights[0]
+
+
+def _read_weights(model: PretrainedModel) -> SourceWeights:
+    """The tensors of `model`, read with its config (no second detection, no second read)."""
+    source = formats.read_weights(model.path, model.fmt, model.config)
+    untied = "generator/embeddings/word_embeddings" in source.weights
+    if model.fmt == "hf" and not model.config_given and untied:
+        # HF generator embedding tables as wide as the discriminator's are told apart from the
+        # shared ones by their values only: what `hf.read_hf` concludes from the tensors.
+        config = dataclasses.replace(model.config, untied_generator_embeddings=True)
+        source.config = config.resolve()
+    return source
+
+
+def read_pretrained(
+    path: str, fmt: str = "auto", config: PretrainingConfig | None = None
+) -> PretrainedModel:
+    """Detects the format of `path` (unless `fmt` names it) and reads its config (unless
+    `config` is given); the weights wait for `PretrainedModel.weights()`.
+
+    `path`: a native checkpoint (folder or prefix, config.json beside it), an original TF1
+    checkpoint, or a Hugging Face folder (one model, or `discriminator/` + `generator/`).
+    """
+    if fmt == "auto":
+        fmt = formats.detect_format(path)
+    elif fmt not in formats.FORMATS:
+        raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(formats.FORMATS)}")
+    given = config is not None
+    if config is None:
+        config = formats.read_config(path, fmt)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    vocab = os.path.join(folder, VOCAB_FILE)
+    vocab_file = vocab if os.path.isfile(vocab) else None
+    return PretrainedModel(path, fmt, config, vocab_file, given)
+
+
+def saved_config(*places: str) -> PretrainingConfig | None:
+    """The PretrainingConfig saved (as config.json) in the first of `places` that holds one:
+    a folder, or a checkpoint prefix's folder. A Hugging Face config.json is not one."""
+    for place in places:
+        folder = place if os.path.isdir(place) else os.path.dirname(place)
+        path = os.path.join(folder, CONFIG_FILE)
+        if os.path.isfile(path) and not _is_hf_config(path):
+            return read_config_file(path)
+    return None
+
+
+def _is_hf_config(path: str) -> bool:
+    """Only an HF config.json has `model_type` (see `hf.is_hf_dir`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return "model_type" in json.load(f)
+    except (OSError, ValueError):
+        return False
