@@ -2,10 +2,9 @@
 layer to a higher one.
 
 `LAYERS` is the one statement of the order, lowest first. A module belongs to the layer of the
-longest prefix that names it, so a run (`pretraining.loop`, `finetuning.runner`) can live with
-its stage and still stand above the checkpoints it loads and saves: a stage's objectives,
-models and tasks sit below `checkpoints` (which builds the pretrainer to read a native
-checkpoint), and a stage's run sits above it (it loads pre-trained weights in every format).
+longest prefix that names it. A stage's objectives, models and tasks sit below `checkpoints`
+(which builds the pretrainer to read a native checkpoint); the runs (`electra_tf.runs`) sit
+above it, since a run loads pre-trained weights in every format and saves its own.
 
 Every `import` and `from ... import` counts, lazy ones inside functions included: an import
 deferred to keep `import electra_tf` cheap is still a dependency, and a lazy import is how a

@@ -31,7 +31,7 @@ def dummy_features(specs: list[FeatureSpec], batch_size: int = 1) -> dict[str, t
 
 
 class FinetuningModel(keras.Model):
-    """Encoder + one head per task; `fit` on the dicts of `runner.make_dataset`.
+    """Encoder + one head per task; `fit` on the dicts of `Preprocessor.dataset`.
 
     Args:
         model_config: the encoder config (the pre-trained discriminator's).
