@@ -22,12 +22,12 @@ MULTI_WORKER_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from electra_tf.config import pretraining_config
-    from electra_tf.pretraining import loop
+    from electra_tf.runs.pretraining import train
 
     data_dir, model_dir, hparams = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     hparams.update(model_dir=model_dir, distribution_strategy="multi_worker_mirrored")
     config = pretraining_config("mw", data_dir, hparams=hparams)
-    result = loop.train(config)
+    result = train(config)
     print("DISTRIBUTE_RESULT " + json.dumps({"step": result.step,
                                                "checkpoint": result.checkpoint,
                                                "loss": result.metrics.get("loss")}), flush=True)
@@ -81,3 +81,4 @@ def test_multi_worker_two_processes_write_one_checkpoint(tmp_path):
     assert results[0]["checkpoint"].endswith("ckpt-4")
     # Both workers applied the same all-reduced updates.
     assert results[0]["loss"] == pytest.approx(results[1]["loss"], rel=1e-6)
+

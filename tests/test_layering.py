@@ -1,11 +1,12 @@
 """The package's import layering: no import cycle between modules, and no import from a lower
 layer to a higher one.
 
-`LAYERS` is the one statement of the order, lowest first. A module belongs to the layer of the
-longest prefix that names it, so a run (`pretraining.loop`, `finetuning.runner`) can live with
-its stage and still stand above the checkpoints it loads and saves: a stage's objectives,
-models and tasks sit below `checkpoints` (which builds the pretrainer to read a native
-checkpoint), and a stage's run sits above it (it loads pre-trained weights in every format).
+`LAYERS` is the one statement of the order, lowest first. A stage's objectives, models and
+tasks sit below `checkpoints` (which builds the pretrainer to read a native checkpoint); a run
+(`runs`: strategy, data, model and optimizer, resume, signals, progress, evaluation) sits above
+it, since it loads and saves checkpoints in every format. A module belongs to the layer of the
+longest prefix that names it, so a run still kept with its stage (`finetuning.runner`) stands
+in the runs layer all the same.
 
 Every `import` and `from ... import` counts, lazy ones inside functions included: an import
 deferred to keep `import electra_tf` cheap is still a dependency, and a lazy import is how a
@@ -30,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),
     ("checkpoints and serving", ("checkpoints", "serving")),
-    ("runs", ("pretraining.loop", "finetuning.runner")),
+    ("runs", ("runs", "finetuning.runner")),
     ("commands and API", ("cli", "pretrain", "finetune", "export", "convert", "api", "")),
 ]
 
@@ -159,6 +160,9 @@ def test_find_cycle(graph, cycle):
 
 def test_a_module_takes_the_layer_of_its_longest_prefix():
     assert layer_of("electra_tf.pretraining.masking") < layer_of("electra_tf.checkpoints.hf")
-    assert layer_of("electra_tf.checkpoints.hf") < layer_of("electra_tf.pretraining.loop")
+    assert layer_of("electra_tf.checkpoints.hf") < layer_of("electra_tf.runs.pretraining")
+    # A run kept with its stage takes the runs layer, not its stage's.
+    assert layer_of("electra_tf.finetuning.runner") == layer_of("electra_tf.runs.pretraining")
+    assert layer_of("electra_tf.finetuning.task") < layer_of("electra_tf.checkpoints.hf")
     assert layer_of("electra_tf.data.corpus") < layer_of("electra_tf.modeling.encoder")
     assert layer_of("electra_tf") == len(LAYERS) - 1
