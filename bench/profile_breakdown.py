@@ -3,7 +3,7 @@
 Profiles, with `tf.profiler.experimental` (host tracer, trace written to `--logdir`), two paths:
 
 - train: the project's own ELECTRA pre-training step, built as `electra_tf.pretrain` builds it
-  (`loop.build_model`, `loop.build_optimizer`, `loop.make_train_function`) on synthetic full-length
+  (`pretraining_model.build_model`, `pretraining_model.build_optimizer`, `pretraining_model.make_train_function`) on synthetic full-length
   batches (bench/project_step.py), small preset, vocab 30522, float32, `jit_compile` as the config
   resolves it (off on CPU). Like the real loop, the steps run inside ONE call of the compiled
   `train_steps(iterator, num_steps)`: `--warmup` steps, then `--steps` steps timed without the
@@ -605,17 +605,20 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
 
     from bench.project_step import synthetic_batches, write_bench_vocab
     from electra_tf.config import pretraining_config
-    from electra_tf.pretraining import loop
+    from electra_tf.device_defaults import probe_machine
+    from electra_tf.runs import pretraining_model
 
     data_dir = tempfile.mkdtemp(prefix="electra-profile-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    config = pretraining_config("profile", data_dir, preset="small", hparams=model_hparams(args))
+    config = pretraining_config(
+        "profile", data_dir, preset="small", hparams=model_hparams(args), machine=probe_machine()
+    )
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
-    model = loop.build_model(config)
-    optimizer = loop.build_optimizer(config, model)
+    model = pretraining_model.build_model(config)
+    optimizer = pretraining_model.build_optimizer(config, model)
     model.compile(optimizer=optimizer)
-    train_steps = loop.make_train_function(
+    train_steps = pretraining_model.make_train_function(
         model, tf.distribute.get_strategy(), bool(config.jit_compile)
     )
     iterator = iter(synthetic_batches(args.batch, args.seq, config.vocab_size))
@@ -666,13 +669,16 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
 
     from bench.project_step import write_bench_vocab
     from electra_tf.config import pretraining_config
+    from electra_tf.device_defaults import probe_machine
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
     from electra_tf.serving.kinds import serving_module
     from electra_tf.serving.saved_model import ExportSpec, write_export
 
     workdir = tempfile.mkdtemp(prefix="electra-profile-serve-")  # the export: ~60 MB at full size
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
-    config = pretraining_config("profile", workdir, preset="small", hparams=model_hparams(args))
+    config = pretraining_config(
+        "profile", workdir, preset="small", hparams=model_hparams(args), machine=probe_machine()
+    )
     vocab_file = write_bench_vocab(workdir, config.vocab_size)
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())

@@ -19,7 +19,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import pretraining_config
-from electra_tf.pretraining import loop
+from electra_tf.device_defaults import probe_machine
+from electra_tf.runs import pretraining_model
 
 CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
 
@@ -78,16 +79,18 @@ def build_project_step(
         hparams["jit_compile"] = jit == "on"
     data_dir = tempfile.mkdtemp(prefix="electra-bench-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    config = pretraining_config("bench", data_dir, preset="small", hparams=hparams)
+    config = pretraining_config(
+        "bench", data_dir, preset="small", hparams=hparams, machine=probe_machine()
+    )
     apply_config_threads(config)
     threading = tf.config.threading
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = tf.distribute.get_strategy()
-    model = loop.build_model(config)
-    optimizer = loop.build_optimizer(config, model)
+    model = pretraining_model.build_model(config)
+    optimizer = pretraining_model.build_optimizer(config, model)
     model.compile(optimizer=optimizer)
-    train_steps = loop.make_train_function(model, strategy, bool(config.jit_compile))
+    train_steps = pretraining_model.make_train_function(model, strategy, bool(config.jit_compile))
     iterator = iter(synthetic_batches(batch, seq, config.vocab_size))
     one = tf.constant(1)
 

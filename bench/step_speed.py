@@ -22,7 +22,8 @@ import tf_keras as keras
 
 from bench.project_step import apply_config_threads, synthetic_batches, write_bench_vocab
 from electra_tf.config import pretraining_config
-from electra_tf.pretraining import loop
+from electra_tf.device_defaults import probe_machine
+from electra_tf.runs import pretraining_model
 
 
 def main(argv: list[str]) -> int:
@@ -32,13 +33,13 @@ def main(argv: list[str]) -> int:
     hparams = json.loads(argv[0]) if argv else {}
     steps = int(argv[1]) if len(argv) > 1 else 20
     data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
-    config = pretraining_config("speed", data_dir, hparams=hparams)
+    config = pretraining_config("speed", data_dir, hparams=hparams, machine=probe_machine())
     apply_config_threads(config)  # as the pre-training command would
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
-    model = loop.build_model(config)
-    model.compile(optimizer=loop.build_optimizer(config, model))
-    train_steps = loop.make_train_function(
+    model = pretraining_model.build_model(config)
+    model.compile(optimizer=pretraining_model.build_optimizer(config, model))
+    train_steps = pretraining_model.make_train_function(
         model, tf.distribute.get_strategy(), bool(config.jit_compile)
     )
     batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)

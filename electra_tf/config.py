@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf import device_defaults  # its "auto" answers import TensorFlow only when asked
+from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
 from electra_tf.atomic_io import write_json
 
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -319,7 +319,7 @@ class PretrainingConfig:
     # loss is a cross-entropy on the generator's scale.
     objective_variant: str = "electra"
     seed: int = 0
-    # "auto" is resolved by resolve() for the machine (electra_tf/device_defaults.py): on CPU,
+    # "auto" is resolved by resolve(machine) (electra_tf/device_defaults.py): on CPU,
     # mixed_bfloat16 where it has native bf16 (AVX512_BF16/AMX) else float32, and no XLA.
     precision: str = "float32"  # auto | float32 | mixed_bfloat16 | mixed_float16
     jit_compile: bool | str = "auto"  # auto | true | false
@@ -361,8 +361,40 @@ class PretrainingConfig:
     max_predictions_per_seq: int | None = None
 
     # ------------------------------------------------------------------ derived values
-    def resolve(self) -> PretrainingConfig:
-        """Validates and fills the derived values. Idempotent."""
+    def resolve(self, machine: device_defaults.Machine | None = None) -> PretrainingConfig:
+        """Validates and fills the derived values. Idempotent, and pure: it never asks the
+        hardware.
+
+        "auto" settings (precision, jit_compile, parallel_micro_batches, the thread counts)
+        are chosen for `machine` (`device_defaults.probe_machine()`, which a run calls once).
+        Without one they resolve for `device_defaults.PORTABLE`, an unknown CPU: float32, no
+        XLA, one micro-batch and TensorFlow's default thread pools (0 / 0); the right answer
+        for reading a saved config, whose values are concrete already."""
+        machine = device_defaults.PORTABLE if machine is None else machine
+        self._validate()
+        changes: dict[str, Any] = self._objective_changes()
+        parts = self.parallel_micro_batches
+        if parts == "auto":
+            parts = device_defaults.auto_parallel_micro_batches(
+                machine,
+                self.train_batch_size,
+                self.gradient_accumulation_steps,
+                self.distribution_strategy,
+            )
+            if self.objective_variant == "electra_15" and self.mask_positions_with_replacement:
+                parts = 1  # its loss denominator is known only after the whole batch is masked
+            changes["parallel_micro_batches"] = parts
+        self._check_micro_batches(parts)
+        changes.update(self._thread_changes(machine, parts))
+        changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
+        if self.precision == "auto":
+            changes["precision"] = device_defaults.auto_precision(machine)
+        if self.jit_compile == "auto":
+            changes["jit_compile"] = device_defaults.auto_jit_compile(machine)
+        return dataclasses.replace(self, **changes)
+
+    def _validate(self) -> None:
+        """Types, ranges and the combinations of settings that cannot run, naming the key."""
         check_types(self)
         check_ranges(
             self,
@@ -411,17 +443,9 @@ class PretrainingConfig:
             raise ConfigError("do_train / do_eval: exactly one must be true (as the original)")
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
-        changes: dict[str, Any] = self._objective_changes()
-        parts = self.parallel_micro_batches
-        if parts == "auto":
-            parts = device_defaults.auto_parallel_micro_batches(
-                self.train_batch_size,
-                self.gradient_accumulation_steps,
-                self.distribution_strategy,
-            )
-            if self.objective_variant == "electra_15" and self.mask_positions_with_replacement:
-                parts = 1  # its loss denominator is known only after the whole batch is masked
-            changes["parallel_micro_batches"] = parts
+
+    def _check_micro_batches(self, parts: Any) -> None:
+        """Accumulation steps and parallel micro-batches divide the batch; not both > 1."""
         for field, k in (
             ("gradient_accumulation_steps", self.gradient_accumulation_steps),
             ("parallel_micro_batches", parts),
@@ -436,9 +460,12 @@ class PretrainingConfig:
                 "parallel_micro_batches: > 1 with gradient_accumulation_steps > 1 is not "
                 "supported; set one of them to 1"
             )
+
+    def _thread_changes(self, machine: device_defaults.Machine, parts: int) -> dict[str, int]:
+        """The thread counts that were "auto", resolved together; the others checked."""
         threads = (self.intra_op_threads, self.inter_op_threads)
-        # One resolution for both pools (it asks which devices exist).
-        auto = device_defaults.auto_threads(parts) if "auto" in threads else (0, 0)
+        auto = device_defaults.auto_threads(machine, parts) if "auto" in threads else (0, 0)
+        changes = {}
         for field, value, resolved in zip(
             ("intra_op_threads", "inter_op_threads"), threads, auto, strict=True
         ):
@@ -446,13 +473,7 @@ class PretrainingConfig:
                 changes[field] = resolved
             elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f'{field}: {value!r} must be an integer >= 0 or "auto"')
-        changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
-        if self.precision == "auto" or self.jit_compile == "auto":
-            if self.precision == "auto":
-                changes["precision"] = device_defaults.auto_precision()
-            if self.jit_compile == "auto":
-                changes["jit_compile"] = device_defaults.auto_jit_compile()
-        return dataclasses.replace(self, **changes)
+        return changes
 
     def _objective_changes(self) -> dict[str, Any]:
         """Electric forces the two-tower generator (configure_pretraining.py); combinations
@@ -617,8 +638,10 @@ def pretraining_config(
     data_dir: str = "data",
     preset: str | None = None,
     hparams: str | Mapping[str, Any] | None = None,
+    machine: device_defaults.Machine | None = None,
 ) -> PretrainingConfig:
-    """Defaults -> preset -> hparams -> derived values."""
+    """Defaults -> preset -> hparams -> derived values ("auto" ones for `machine`, see
+    `PretrainingConfig.resolve`)."""
     config = PretrainingConfig(model_name=model_name, data_dir=data_dir)
     preset_values = load_preset(preset)
     config = replace_checked(config, preset_values, where=f"preset {preset}")
@@ -635,7 +658,7 @@ def pretraining_config(
             "two_tower_generator: false is set explicitly, but electric_objective needs the "
             "two-tower cloze generator"
         )
-    return config.resolve()
+    return config.resolve(machine)
 
 
 def save_config(config: Any, path: str) -> None:

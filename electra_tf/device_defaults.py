@@ -15,11 +15,15 @@ The choices come from `make bench` measurements (README section "Speed"):
   and there, where the machine has exactly as many cores as micro-batches, one intra-op and k
   inter-op threads (each half single-threaded on its own core). Machines with more cores keep
   TensorFlow's thread pools: unmeasured.
+
+The choices are pure functions of a `Machine`; `probe_machine()` is the one place that asks the
+hardware (a run calls it once). Without a machine, resolution uses `PORTABLE`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import re
@@ -35,6 +39,22 @@ CPU_ONLY_NOISE = re.compile(
     r"factory|computation placer already registered|TF-TRT Warning|cuda_executor|"
     r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """The facts the "auto" settings are chosen from. The defaults are `PORTABLE`."""
+
+    accelerator: str = "cpu"  # "cpu" | "gpu" | "tpu"
+    compute_capability: tuple[int, int] | None = None  # an NVIDIA GPU's, e.g. (8, 0)
+    cpu_count: int = 1  # the cores this process may run on
+    native_bf16: bool = False  # the CPU has bfloat16 matrix instructions
+
+
+# What "auto" means where the machine is not asked (`PretrainingConfig.resolve()` without one,
+# e.g. reading a saved config): an unknown CPU, so float32, no XLA, one micro-batch and
+# TensorFlow's default thread pools (0 / 0).
+PORTABLE = Machine()
 
 
 def has_nvidia_driver() -> bool:
@@ -84,7 +104,8 @@ def cpu_has_native_bf16() -> bool:
 
 
 def accelerator() -> tuple[str, tuple[int, int] | None]:
-    """("tpu" | "gpu" | "cpu", GPU compute capability or None) for the process's devices.
+    """("tpu" | "gpu" | "cpu", GPU compute capability or None) for the process's devices
+    (`probe_machine`'s question).
 
     A remote Cloud TPU has no local device: `ELECTRA_ACCELERATOR=tpu` says so (the TPU path is
     not tested here).
@@ -92,7 +113,7 @@ def accelerator() -> tuple[str, tuple[int, int] | None]:
     forced = os.environ.get("ELECTRA_ACCELERATOR", "").lower()
     if forced in ("tpu", "cpu"):
         return forced, None
-    # Often the process's first device query (config resolution comes before the CLIs'
+    # Often the process's first device query (`probe_machine` comes before the CLIs'
     # start_tensorflow): without a GPU driver, TensorFlow's CUDA probe logs an ERROR line here.
     with cpu_only_noise_filtered():
         import tensorflow as tf  # only here: config.py stays importable without TensorFlow
@@ -109,23 +130,6 @@ def accelerator() -> tuple[str, tuple[int, int] | None]:
     return "cpu", None
 
 
-def auto_precision() -> str:
-    kind, capability = accelerator()
-    if kind == "tpu":
-        return "mixed_bfloat16"
-    if kind == "gpu":
-        if capability and capability >= (8, 0):
-            return "mixed_bfloat16"
-        if capability and capability >= (7, 0):
-            return "mixed_float16"
-        return "float32"
-    return "mixed_bfloat16" if cpu_has_native_bf16() else "float32"
-
-
-def auto_jit_compile() -> bool:
-    return accelerator()[0] != "cpu"
-
-
 def cpu_count() -> int:
     """The cores this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -134,23 +138,56 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def probe_machine() -> Machine:
+    """The machine this process runs on: the ONE place that asks TensorFlow which devices
+    exist and reads the CPU's flags and cores. A run calls it once and passes the answer down;
+    config resolution never calls it."""
+    kind, capability = accelerator()
+    return Machine(
+        accelerator=kind,
+        compute_capability=capability,
+        cpu_count=cpu_count(),
+        native_bf16=cpu_has_native_bf16(),
+    )
+
+
+def auto_precision(machine: Machine) -> str:
+    if machine.accelerator == "tpu":
+        return "mixed_bfloat16"
+    if machine.accelerator == "gpu":
+        capability = machine.compute_capability
+        if capability and capability >= (8, 0):
+            return "mixed_bfloat16"
+        if capability and capability >= (7, 0):
+            return "mixed_float16"
+        return "float32"
+    return "mixed_bfloat16" if machine.native_bf16 else "float32"
+
+
+def auto_jit_compile(machine: Machine) -> bool:
+    return machine.accelerator != "cpu"
+
+
 def auto_parallel_micro_batches(
-    batch_size: int, accumulation_steps: int, distribution_strategy: str = "default"
+    machine: Machine,
+    batch_size: int,
+    accumulation_steps: int,
+    distribution_strategy: str = "default",
 ) -> int:
     if (
-        accelerator()[0] != "cpu"
+        machine.accelerator != "cpu"
         or distribution_strategy != "default"
         or accumulation_steps > 1
         or batch_size % 2
-        or cpu_count() < 2
+        or machine.cpu_count < 2
     ):
         return 1
     return 2
 
 
-def auto_threads(parallel_micro_batches: int) -> tuple[int, int]:
+def auto_threads(machine: Machine, parallel_micro_batches: int) -> tuple[int, int]:
     """(intra-op, inter-op) threads; (0, 0) is TensorFlow's default."""
     parts = parallel_micro_batches
-    if parts > 1 and accelerator()[0] == "cpu" and cpu_count() == parts:
+    if parts > 1 and machine.accelerator == "cpu" and machine.cpu_count == parts:
         return 1, parts
     return 0, 0

@@ -6,38 +6,52 @@ screen a new user saw. `TF_CPP_MIN_LOG_LEVEL=3` would hide it, and every real er
 Instead, on such machines the first device query runs with file descriptor 2 captured, and
 the captured lines are written back except the few known to mean only "there is no GPU here".
 Where a driver exists nothing is filtered: there a CUDA error is a real one. The filter is
-`device_defaults.cpu_only_noise_filtered`, which config resolution's device query (often the
-first) uses too.
+`device_defaults.cpu_only_noise_filtered`, which `device_defaults.probe_machine`'s device query
+(often the first) uses too.
 
 CLIs call `start_tensorflow()` after parsing their arguments (`--help` imports no TensorFlow).
+Whatever must happen before TensorFlow's context starts (the thread pools; a
+MultiWorkerMirroredStrategy, which configures collective ops) happens inside it, in that order.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 # The filter lives with the device queries (core: config resolution uses it too).
 from electra_tf.device_defaults import cpu_only_noise_filtered
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # INFO and WARNING; ERRORs still show
 
+T = TypeVar("T")
 
-def start_tensorflow(intra_op_threads: int = 0, inter_op_threads: int = 0) -> None:
-    """Imports TensorFlow and makes its first device query, keeping CPU-only noise off stderr.
 
-    Non-zero thread counts set TensorFlow's intra-op / inter-op pools first (they are fixed at
-    the first device query; where TensorFlow already started, a warning says they were not
-    applied); 0 keeps TensorFlow's default.
+def start_tensorflow(
+    intra_op_threads: int = 0,
+    inter_op_threads: int = 0,
+    before_start: Callable[[], T] | None = None,
+) -> T | None:
+    """Imports TensorFlow and starts its context, keeping CPU-only noise off stderr.
+
+    Non-zero thread counts set TensorFlow's intra-op / inter-op pools first (they are fixed
+    when the context starts; where TensorFlow already started, a warning says they were not
+    applied); 0 keeps TensorFlow's default. `before_start` runs next, still before the context
+    starts (a distribution strategy: MultiWorkerMirroredStrategy must configure collective ops
+    first); its result is returned.
     """
     if "tensorflow" in sys.modules and getattr(start_tensorflow, "done", False):
-        return
+        return before_start() if before_start is not None else None
     with cpu_only_noise_filtered():
         import tensorflow as tf
 
         _set_threads(tf, intra_op_threads, inter_op_threads)
+        result = before_start() if before_start is not None else None
         tf.config.list_logical_devices()
     start_tensorflow.done = True  # type: ignore[attr-defined]
+    return result
 
 
 def _set_threads(tf, intra_op_threads: int, inter_op_threads: int) -> None:

@@ -11,8 +11,8 @@ from pretrainer_fixtures import (
 )
 
 from electra_tf.config import ConfigError
-from electra_tf.pretraining.loop import build_optimizer
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.runs.pretraining_model import build_optimizer
 
 BATCH = 8
 

@@ -1,11 +1,13 @@
-"""precision/jit_compile "auto": resolved per device by config resolution."""
+"""precision/jit_compile/micro-batches/threads "auto": resolved for a `Machine` by config
+resolution, which never asks the hardware; `probe_machine` is the one place that does."""
 
 import os
 
 import pytest
 
 from electra_tf import device_defaults
-from electra_tf.config import ConfigError, pretraining_config
+from electra_tf.config import ConfigError, PretrainingConfig, pretraining_config
+from electra_tf.device_defaults import PORTABLE, Machine
 
 
 @pytest.mark.parametrize(
@@ -22,17 +24,20 @@ from electra_tf.config import ConfigError, pretraining_config
     ],
 )
 def test_auto_precision_per_device(monkeypatch, kind, capability, flags, expected):
+    # What the probe reads, then the pure choice from its answer.
     monkeypatch.setattr(device_defaults, "accelerator", lambda: (kind, capability))
     monkeypatch.setattr(device_defaults, "cpu_flags", lambda: frozenset(flags))
-    assert device_defaults.auto_precision() == expected
+    machine = device_defaults.probe_machine()
+    assert (machine.accelerator, machine.compute_capability) == (kind, capability)
+    assert device_defaults.auto_precision(machine) == expected
     # XLA was slower on CPU for this model (make bench); accelerators get it.
-    assert device_defaults.auto_jit_compile() is (kind != "cpu")
+    assert device_defaults.auto_jit_compile(machine) is (kind != "cpu")
 
 
-def test_config_resolves_auto_to_concrete_values(monkeypatch):
-    monkeypatch.setattr(device_defaults, "accelerator", lambda: ("cpu", None))
-    monkeypatch.setattr(device_defaults, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    config = pretraining_config(preset="tiny", hparams={"precision": "auto", "jit_compile": "auto"})
+def test_config_resolves_auto_to_concrete_values():
+    bf16_cpu = Machine(accelerator="cpu", cpu_count=4, native_bf16=True)
+    hparams = {"precision": "auto", "jit_compile": "auto"}
+    config = pretraining_config(preset="tiny", hparams=hparams, machine=bf16_cpu)
     assert (config.precision, config.jit_compile) == ("mixed_bfloat16", False)
     # Resolution is idempotent: a saved, resolved config reloads unchanged.
     assert config.resolve() == config
@@ -80,11 +85,10 @@ def test_cpu_flags_reads_this_machine():
         ("cpu", 2, {"intra_op_threads": 2, "inter_op_threads": 1}, (2, 2, 1)),
     ],
 )
-def test_auto_parallel_micro_batches_and_threads(monkeypatch, kind, cores, hparams, expected):
-    monkeypatch.setattr(device_defaults, "accelerator", lambda: (kind, None))
-    monkeypatch.setattr(device_defaults, "cpu_count", lambda: cores)
+def test_auto_parallel_micro_batches_and_threads(kind, cores, hparams, expected):
+    machine = Machine(accelerator=kind, cpu_count=cores)
     values = {"train_batch_size": 8, **hparams}
-    config = pretraining_config(preset="tiny", hparams=values)
+    config = pretraining_config(preset="tiny", hparams=values, machine=machine)
     got = (config.parallel_micro_batches, config.intra_op_threads, config.inter_op_threads)
     assert got == expected
     assert config.resolve() == config
@@ -105,3 +109,55 @@ def test_thread_settings_after_tensorflow_started_warn_and_go_on():
     assert done.returncode == 0, done.stderr
     assert "intra_op_threads 1 not applied" in done.stderr
     assert "inter_op_threads 2 not applied" in done.stderr
+
+
+AUTO = {
+    "precision": "auto",
+    "jit_compile": "auto",
+    "parallel_micro_batches": "auto",
+    "intra_op_threads": "auto",
+    "inter_op_threads": "auto",
+    "train_batch_size": 8,
+}
+
+
+def _auto_fields(config):
+    names = ("precision", "jit_compile", "parallel_micro_batches")
+    return tuple(getattr(config, n) for n in (*names, "intra_op_threads", "inter_op_threads"))
+
+
+@pytest.mark.parametrize(
+    "machine, expected",
+    [
+        (Machine("cpu", None, 2, False), ("float32", False, 2, 1, 2)),
+        (Machine("cpu", None, 16, True), ("mixed_bfloat16", False, 2, 0, 0)),
+        (Machine("gpu", (8, 0), 16, False), ("mixed_bfloat16", True, 1, 0, 0)),
+        (Machine("gpu", (7, 5), 16, False), ("mixed_float16", True, 1, 0, 0)),
+        (Machine("tpu", None, 96, False), ("mixed_bfloat16", True, 1, 0, 0)),
+        # The portable machine: an unknown CPU.
+        (PORTABLE, ("float32", False, 1, 0, 0)),
+    ],
+)
+def test_resolution_for_a_given_machine_is_deterministic(monkeypatch, machine, expected):
+    def no_probe():
+        raise AssertionError("resolve() asked the hardware")
+
+    monkeypatch.setattr(device_defaults, "probe_machine", no_probe)
+    monkeypatch.setattr(device_defaults, "accelerator", no_probe)
+    monkeypatch.setattr(device_defaults, "cpu_count", no_probe)
+    monkeypatch.setattr(device_defaults, "cpu_flags", no_probe)
+    first = pretraining_config(preset="tiny", hparams=AUTO, machine=machine)
+    again = pretraining_config(preset="tiny", hparams=AUTO, machine=machine)
+    assert first == again and _auto_fields(first) == expected
+    assert first.resolve(machine) == first  # idempotent for the same machine
+
+
+def test_resolve_without_a_machine_is_the_portable_answer(monkeypatch):
+    def no_probe():
+        raise AssertionError("resolve() asked the hardware")
+
+    monkeypatch.setattr(device_defaults, "probe_machine", no_probe)
+    monkeypatch.setattr(device_defaults, "accelerator", no_probe)
+    config = PretrainingConfig(**AUTO).resolve()
+    assert _auto_fields(config) == ("float32", False, 1, 0, 0)
+    assert config == PretrainingConfig(**AUTO).resolve(PORTABLE)

@@ -27,7 +27,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
 
     import tf_keras as keras
     from electra_tf.config import pretraining_config
-    from electra_tf.pretraining import loop
+    from electra_tf.runs import pretraining_model
     from pretrainer_fixtures import batch_split_invariant_objective
 
     hparams, steps, data_dir = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -48,11 +48,11 @@ MIRRORED_SCRIPT = textwrap.dedent(
     def run(strategy, initial_weights=None):
         with strategy.scope():
             tf.random.set_seed(0)
-            model = loop.build_model(config)
+            model = pretraining_model.build_model(config)
             if initial_weights is not None:
                 model.set_weights(initial_weights)
             weights = model.get_weights()
-            optimizer = loop.build_optimizer(config, model)
+            optimizer = pretraining_model.build_optimizer(config, model)
             model.compile(optimizer=optimizer)
         if strategy.num_replicas_in_sync == 1:
             dataset = examples.batch(batch)
@@ -60,7 +60,7 @@ MIRRORED_SCRIPT = textwrap.dedent(
             dataset = strategy.distribute_datasets_from_function(
                 lambda context: examples.batch(context.get_per_replica_batch_size(batch))
             )
-        train_steps = loop.make_train_function(model, strategy, False)
+        train_steps = pretraining_model.make_train_function(model, strategy, False)
         iterator = iter(dataset)
         losses = []
         for _ in range(steps):

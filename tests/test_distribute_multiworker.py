@@ -22,12 +22,12 @@ MULTI_WORKER_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from electra_tf.config import pretraining_config
-    from electra_tf.pretraining import loop
+    from electra_tf.runs.pretraining import train
 
     data_dir, model_dir, hparams = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     hparams.update(model_dir=model_dir, distribution_strategy="multi_worker_mirrored")
     config = pretraining_config("mw", data_dir, hparams=hparams)
-    result = loop.train(config)
+    result = train(config)
     print("DISTRIBUTE_RESULT " + json.dumps({"step": result.step,
                                                "checkpoint": result.checkpoint,
                                                "loss": result.metrics.get("loss")}), flush=True)
@@ -81,3 +81,48 @@ def test_multi_worker_two_processes_write_one_checkpoint(tmp_path):
     assert results[0]["checkpoint"].endswith("ckpt-4")
     # Both workers applied the same all-reduced updates.
     assert results[0]["loss"] == pytest.approx(results[1]["loss"], rel=1e-6)
+
+
+def test_multi_worker_through_the_command_line(tmp_path):
+    """`python -m electra_tf.pretrain` with TF_CONFIG: the strategy is built before TensorFlow's
+    context starts (collective ops are configured at start-up only), both workers exit 0 and
+    the chief keeps the checkpoint."""
+    data_dir = str(tmp_path / "data")
+    write_tiny_data(data_dir)
+    hparams = dict(
+        TINY_HPARAMS,
+        distribution_strategy="multi_worker_mirrored",
+        num_train_steps=2,
+        iterations_per_loop=2,
+        save_checkpoints_steps=2,
+    )
+    command = [sys.executable, "-m", "electra_tf.pretrain", "--data-dir", data_dir]
+    command += ["--model-name", "mw", "--hparams", json.dumps(hparams)]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(
+            subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(TF_CONFIG=tf_config),
+            )
+        )
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=300))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, (out[-2000:], err[-3000:])
+    chief_out = outputs[0][0]
+    assert "step 2/2" in chief_out, chief_out[-2000:]
+    model_dir = os.path.join(data_dir, "models", "mw")
+    assert "ckpt-2.index" in os.listdir(model_dir), os.listdir(model_dir)

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),
     ("checkpoints and serving", ("checkpoints", "serving")),
-    ("runs", ("runs", "pretraining.loop")),
+    ("runs", ("runs",)),
     (
         "commands and API",
         ("cli", "pretrain", "finetune", "export", "convert", "api", "evaluation", ""),
@@ -161,6 +161,7 @@ def test_find_cycle(graph, cycle):
 
 def test_a_module_takes_the_layer_of_its_longest_prefix():
     assert layer_of("electra_tf.pretraining.masking") < layer_of("electra_tf.checkpoints.hf")
-    assert layer_of("electra_tf.checkpoints.hf") < layer_of("electra_tf.pretraining.loop")
+    assert layer_of("electra_tf.checkpoints.hf") < layer_of("electra_tf.runs.pretraining")
+    assert layer_of("electra_tf.finetuning.task") < layer_of("electra_tf.checkpoints.hf")
     assert layer_of("electra_tf.data.corpus") < layer_of("electra_tf.modeling.encoder")
     assert layer_of("electra_tf") == len(LAYERS) - 1

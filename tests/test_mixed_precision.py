@@ -9,8 +9,7 @@ import tf_keras as keras
 from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 from electra_tf.config import pretraining_config
-from electra_tf.optimization import create_optimizer
-from electra_tf.pretraining import loop
+from electra_tf.runs.pretraining_model import build_model, build_optimizer
 
 SEQ_LEN, BATCH = TINY_RUN_HPARAMS["max_seq_length"], 4
 HPARAMS = dict(TINY_RUN_HPARAMS, train_batch_size=BATCH)
@@ -42,20 +41,11 @@ def build(data_dir: str, precision: str, weights=None, initial_scale: float | No
     config = pretraining_config("mp", data_dir, hparams={**HPARAMS, "precision": precision})
     keras.mixed_precision.set_global_policy(config.precision)
     tf.random.set_seed(0)
-    model = loop.build_model(config)
+    model = build_model(config)
     if weights is not None:
         model.set_weights(weights)
-    if initial_scale is None:
-        optimizer = loop.build_optimizer(config, model)
-    else:
-        # The loop's optimizer, wrapped with another starting scale.
-        inner = create_optimizer(
-            model.variable_map(),
-            learning_rate=config.learning_rate,
-            num_train_steps=config.num_train_steps,
-            weight_decay_rate=config.weight_decay_rate,
-        )
-        optimizer = keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=initial_scale)
+    # The run's optimizer; fp16's loss scale starts at `initial_scale` when given.
+    optimizer = build_optimizer(config, model, initial_scale=initial_scale)
     model.compile(optimizer=optimizer)
     return model, optimizer
 

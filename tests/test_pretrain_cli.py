@@ -8,23 +8,38 @@ import pytest
 import tensorflow as tf
 from pretrain_harness import hparams, write_corpus
 
+from electra_tf import device_defaults
 from electra_tf.cli import pretrain
 
 
-def _main(data_dir, model_name, **overrides):
+def _argv(data_dir, model_name, **overrides):
     argv = ["--data-dir", str(data_dir), "--model-name", model_name, "--preset", "tiny"]
-    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
+    return [*argv, "--hparams", hparams(**overrides)]
+
+
+def _main(data_dir, model_name, **overrides):
+    return pretrain.main(_argv(data_dir, model_name, **overrides))
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A run of 4 steps, then the same command with num_train_steps 6 (a resume)."""
+    """A run of 4 steps, then the same command with num_train_steps 6 (a resume); each with
+    the number of times it asked the hardware (`device_defaults.accelerator`, the probe's
+    device query)."""
     data = write_corpus(tmp_path_factory.mktemp("cli") / "data")
     outputs = []
+    query = device_defaults.accelerator
     for steps in (4, 6):
-        with _capture() as out:
+        probes = []
+
+        def counted(probes=probes):
+            probes.append(1)
+            return query()
+
+        with _capture() as out, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(device_defaults, "accelerator", counted)
             code = _main(data, "m", num_train_steps=steps)
-        outputs.append((code, out.getvalue()))
+        outputs.append((code, out.getvalue(), len(probes)))
     return data, outputs
 
 
@@ -44,8 +59,19 @@ class _capture:
         self._redirect.__exit__(*exc)
 
 
+def test_the_run_probes_the_machine_once_and_resolves_auto_for_it(trained):
+    data, outputs = trained
+    assert [probes for _, _, probes in outputs] == [1, 1]
+    # "auto" settings are this machine's answer, not the portable one's.
+    saved = json.loads((data / "models" / "m" / "config.json").read_text())
+    args = pretrain.parse_args(_argv(data, "m", num_train_steps=4))
+    here = pretrain.build_config(args, device_defaults.probe_machine())
+    for key in ("parallel_micro_batches", "intra_op_threads", "inter_op_threads"):
+        assert saved[key] == getattr(here, key), key
+
+
 def test_first_run_writes_config_checkpoints_and_tensorboard(trained):
-    data, [(code, out), _] = trained
+    data, [(code, out, _), _] = trained
     assert code == 0
     model_dir = data / "models" / "m"
     saved = json.loads((model_dir / "config.json").read_text())
@@ -71,7 +97,7 @@ def test_first_run_writes_config_checkpoints_and_tensorboard(trained):
 
 
 def test_second_run_resumes_instead_of_starting_over(trained):
-    _, [_, (code, out)] = trained
+    _, [_, (code, out, _)] = trained
     assert code == 0
     assert "ckpt-4 (step 4)" in out
     assert "step 2/6" not in out and "step 6/6" in out

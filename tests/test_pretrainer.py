@@ -296,7 +296,7 @@ def test_generator_lr_multiplier_scales_only_the_generators_own_step(objective, 
     """`generator_lr_multiplier` k: from the same weights and gradients, every generator-only
     variable (Electric's: both cloze towers and the cloze head) moves k times as far as at 1.0
     (the original); everything else, shared embeddings included, moves exactly as at 1.0."""
-    from electra_tf.pretraining.loop import build_optimizer
+    from electra_tf.runs.pretraining_model import build_optimizer
 
     model = ElectraPretrainer(one_layer_config(**objective), **SPECIAL_IDS)
     with tf.GradientTape() as tape:

@@ -490,10 +490,12 @@ def test_cpu_calls_are_short_and_progress_lines_come_between_reports():
     import io
 
     from electra_tf.config import pretraining_config
-    from electra_tf.pretraining.loop import steps_per_call_limit
-    from electra_tf.pretraining.progress import ProgressReporter
+    from electra_tf.device_defaults import probe_machine
+    from electra_tf.runs.cpu_calls import steps_per_call_limit
+    from electra_tf.runs.progress import ProgressReporter
 
-    assert steps_per_call_limit(pretraining_config(preset="small")) == 1  # this CPU-only machine
+    config = pretraining_config(preset="small")
+    assert steps_per_call_limit(config, probe_machine()) == 1  # this CPU-only machine
     now = [0.0]
     stream = io.StringIO()
     reporter = ProgressReporter(1000, 0, None, stream, clock=lambda: now[0])
@@ -560,11 +562,11 @@ def test_cpu_start_up_prints_no_cuda_error():
         for k, v in cli_env().items()
         if k not in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES")
     }
-    # The CLIs resolve their config first: its "auto" fields ask which devices exist, which is
-    # the process's first device query, before start_tensorflow.
+    # The pre-training CLI probes the machine first (its "auto" settings): the process's first
+    # device query, before start_tensorflow.
     code = (
-        "import sys\nfrom electra_tf.config import pretraining_config\n"
-        "pretraining_config(preset='tiny')\n"
+        "import sys\nfrom electra_tf.device_defaults import probe_machine\n"
+        "probe_machine()\n"
         "from electra_tf.tf_startup import start_tensorflow\nstart_tensorflow()\n"
         "sys.stderr.write('a real error still shows\\n')\n"
     )

@@ -21,7 +21,7 @@ from pretrain_harness import (
 
 from electra_tf.checkpoints import read_weights
 from electra_tf.cli import pretrain
-from electra_tf.pretraining import loop
+from electra_tf.runs.pretraining_model import build_model, load_init_checkpoint
 
 
 def _main(data_dir, model_name, **overrides):
@@ -90,8 +90,8 @@ def test_init_checkpoint_loads_weights_and_sets_the_step(straight_run):
              hparams(init_checkpoint=source, init_step=8, num_train_steps=10)]
         )
     )  # fmt: skip
-    model = loop.build_model(config)
-    assert loop.load_init_checkpoint(model, config) == "native"
+    model = build_model(config)
+    assert load_init_checkpoint(model, config) == "native"
     expected = read_weights(source, "native").weights  # the checkpoint helper's reader
     for name, variable in model.variable_map().items():
         np.testing.assert_array_equal(variable.numpy(), expected[name], err_msg=name)

@@ -28,6 +28,7 @@ from electra_tf.config import (
     parse_hparams,
     pretraining_config,
 )
+from electra_tf.device_defaults import Machine, probe_machine
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -75,46 +76,59 @@ def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingC
     return dataclasses.replace(config, vocab_size=size)
 
 
-def build_config(args: argparse.Namespace) -> PretrainingConfig:
-    config = pretraining_config(args.model_name, args.data_dir, args.preset, args.hparams)
+def build_config(args: argparse.Namespace, machine: Machine | None = None) -> PretrainingConfig:
+    """The run's config; "auto" settings are chosen for `machine` (see `resolve`)."""
+    config = pretraining_config(
+        args.model_name, args.data_dir, args.preset, args.hparams, machine=machine
+    )
     explicit = set(load_preset(args.preset)) | set(parse_hparams(args.hparams))
     return resolve_vocab(config, explicit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # The one question to the hardware: the "auto" settings and the run both use its answer.
+    machine = probe_machine()
     try:
-        config = build_config(args)
+        config = build_config(args, machine)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-
-    from electra_tf.tf_startup import start_tensorflow
-
     stop_with_parent()
-    start_tensorflow(config.intra_op_threads, config.inter_op_threads)
     from electra_tf.data.pretraining_input import InputDataError
-    from electra_tf.pretraining import loop
     from electra_tf.run_lock import LockError
 
     try:
-        if config.do_train:
-            result = loop.train(config)
-            return 128 + result.interrupted_by if result.interrupted_by else 0
-        prefixes = [None]
-        if args.all_checkpoints:
-            from electra_tf.checkpoints.training_state import kept_checkpoints
-
-            prefixes = kept_checkpoints(config.resolved_model_dir()) or [None]
-        for prefix in prefixes:
-            loop.evaluate(config, prefix)
-        return 0
+        return _run(config, machine, args.all_checkpoints)
     except (ConfigError, FileNotFoundError, InputDataError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # disk full, permissions: the message names the path
         print(f"error: {e}", file=sys.stderr)
         return 1
+
+
+def _run(config: PretrainingConfig, machine: Machine, all_checkpoints: bool) -> int:
+    """Starts TensorFlow (thread pools, then the strategy, then its context) and trains or
+    evaluates; the exit code."""
+    from electra_tf.runs.pretraining import evaluate, train
+    from electra_tf.runs.strategy import build_strategy
+    from electra_tf.tf_startup import start_tensorflow
+
+    strategy = start_tensorflow(
+        config.intra_op_threads, config.inter_op_threads, lambda: build_strategy(config)
+    )
+    if config.do_train:
+        result = train(config, machine=machine, strategy=strategy)
+        return 128 + result.interrupted_by if result.interrupted_by else 0
+    prefixes = [None]
+    if all_checkpoints:
+        from electra_tf.checkpoints.training_state import kept_checkpoints
+
+        prefixes = kept_checkpoints(config.resolved_model_dir()) or [None]
+    for prefix in prefixes:
+        evaluate(config, prefix, strategy=strategy)
+    return 0
 
 
 def stop_with_parent() -> None:

@@ -5,7 +5,7 @@
 
 Builds exactly what `python -m electra_tf.pretrain` builds for the same arguments (the config
 through the CLI's own `build_config`, the model, optimizer, input pipeline and compiled
-multi-step train function of `electra_tf.pretraining.loop`), runs `--warmup-steps` steps, then
+multi-step train function of `electra_tf.runs.pretraining_model`), runs `--warmup-steps` steps, then
 times `--timed-steps` more. Nothing is written to the model directory. The JSON it writes:
 
 - `seconds_per_step`: the timed steps' wall time over their number;
@@ -54,21 +54,25 @@ def measure(config: Any, warmup_steps: int, timed_steps: int, launched_at: float
     import tf_keras as keras
 
     from electra_tf.data.pretraining_input import check_input_files, match_files
-    from electra_tf.pretraining import loop
+    from electra_tf.runs import pretraining_data, pretraining_model
+    from electra_tf.runs import strategy as strategy_module
 
     # Bad input files fail here, naming the file, as they do in a real run.
-    check_input_files(match_files(config.resolved_pretrain_tfrecords()), config.max_seq_length)
+    files = match_files(config.resolved_pretrain_tfrecords())
+    check_input_files(files, config.max_seq_length, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(config.seed)
-    strategy = loop.build_strategy(config)
+    strategy = strategy_module.build_strategy(config)
     with strategy.scope():
-        model = loop.build_model(config)
-        optimizer = loop.build_optimizer(config, model)
+        model = pretraining_model.build_model(config)
+        optimizer = pretraining_model.build_optimizer(config, model)
         model.compile(optimizer=optimizer)
     pattern = config.resolved_pretrain_tfrecords()
-    dataset = loop.make_dataset(config, strategy, pattern, config.train_batch_size, True)
+    dataset = pretraining_data.make_dataset(
+        config, strategy, pattern, config.train_batch_size, True
+    )
     iterator = iter(dataset)
-    train_steps = loop.make_train_function(model, strategy, config.jit_compile)
+    train_steps = pretraining_model.make_train_function(model, strategy, config.jit_compile)
 
     # One step first, alone: the real loop's first call is one step too, and it is the one that
     # traces the graph, so its end marks where a run's fixed cost stops.
@@ -97,9 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     launched_at = args.launched_at if args.launched_at is not None else STARTED
     from electra_tf.cli.pretrain import build_config
     from electra_tf.config import ConfigError
+    from electra_tf.device_defaults import probe_machine
 
     try:
-        config = build_config(args)
+        # The machine's "auto" choices, as the pre-training command makes them.
+        config = build_config(args, probe_machine())
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """Pre-training, the one stage of that name: the ELECTRA objective (in-graph masking, sampling,
-the losses, the pretrainer Model) and the run (`loop`: train / evaluate with resumable
-checkpoints; `progress`: console lines and TensorBoard scalars)."""
+the losses, the pretrainer Model). The run that trains it (train / evaluate with resumable
+checkpoints, progress lines) is `electra_tf.runs.pretraining`, above the checkpoints."""
 
 from electra_tf.pretraining.losses import electra_loss
 from electra_tf.pretraining.masking import candidates_mask, mask_inputs

@@ -15,6 +15,8 @@ from typing import TextIO
 
 import tensorflow as tf
 
+TENSORBOARD_DIR = "tensorboard"  # <model_dir>/tensorboard/{train,eval}
+
 # Metrics on the console line, in this order (TensorBoard gets every metric).
 CONSOLE_METRICS = (
     "loss",
