@@ -9,6 +9,7 @@ import os
 
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 from pretrain_harness import hparams, write_corpus
 from reliability_cases import last_line, record
 
@@ -173,3 +174,55 @@ def test_the_pretraining_command_resumes_or_refuses_and_keeps_older_checkpoints(
         assert code != 0
         assert "ckpt-4 cannot be used" in captured.err and "ckpt-2" in captured.err
         assert after == before
+
+
+def test_a_nan_in_the_middle_of_a_run_stops_it_before_saving(tmp_path, capsys, monkeypatch):
+    """A bad update poisons a weight after step 4's call: the run stops at the save of step 4
+    (the weights check), ckpt-2 stays the latest, byte for byte, and the message says so."""
+    from electra_tf.runs import pretraining
+
+    real = pretraining.run_steps
+
+    def poisoned(train_steps, iterator, num_steps, config, checkpoints, optimizer, *rest):
+        done = real(train_steps, iterator, num_steps, config, checkpoints, optimizer, *rest)
+        if int(optimizer.iterations.numpy()) == 4:
+            weight = checkpoints.checkpoint.model.trainable_variables[0]
+            weight.assign(tf.fill(weight.shape, float("nan")))
+        return done
+
+    monkeypatch.setattr(pretraining, "run_steps", poisoned)
+    data = write_corpus(tmp_path / "data")
+    model_dir = data / "models" / "m"
+    capsys.readouterr()
+    code = _main(data, "m", num_train_steps=8)
+    err = capsys.readouterr().err
+    record("3", "a NaN weight in the middle of a run", "exit 1, ckpt-2 kept", last_line(err))
+    assert code == 1, err
+    assert "the weights became NaN or Inf at a step in 3..4" in err and "ckpt-2" in err
+    assert not any(name.startswith("ckpt-4") for name in os.listdir(model_dir))
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-2")
+    # The next call's loss shows it too, where no save comes first.
+    monkeypatch.setattr(pretraining, "run_steps", real)
+    before = _digests(model_dir)
+    assert _main(data, "m", num_train_steps=8) == 0  # resumes from ckpt-2 and finishes
+    assert {k: v for k, v in _digests(model_dir).items() if k.startswith("ckpt-2")} == {
+        k: v for k, v in before.items() if k.startswith("ckpt-2")
+    }
+
+
+def test_a_nan_loss_is_caught_from_the_metrics(tmp_path):
+    from electra_tf.runs.pretraining_model import divergence
+
+    class Model:
+        metrics = [keras.metrics.Mean(name="loss"), keras.metrics.Mean(name="disc_auc")]
+        trainable_variables = [tf.Variable([1.0, 2.0])]
+
+    model = Model()
+    model.metrics[0].update_state(1.0)
+    assert divergence(model, check_weights=True) is None
+    model.metrics[0].update_state(float("inf"))
+    assert divergence(model, check_weights=False) == "the loss became NaN or Inf"
+    model.metrics[0].reset_state()
+    model.trainable_variables[0].assign([1.0, float("nan")])
+    assert divergence(model, check_weights=False) is None
+    assert divergence(model, check_weights=True) == "the weights became NaN or Inf"

@@ -97,13 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_with_parent()
     from electra_tf.data.pretraining_input import InputDataError
     from electra_tf.run_lock import LockError
+    from electra_tf.runs.pretraining_model import TrainingDiverged
 
     try:
         return _run(config, machine, args.all_checkpoints)
     except (ConfigError, FileNotFoundError, InputDataError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:  # disk full, permissions: the message names the path
+    except (OSError, TrainingDiverged) as e:  # disk full, permissions, NaN: the message says
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tensorflow as tf
@@ -104,6 +105,29 @@ def load_init_checkpoint(model: keras.Model, config: PretrainingConfig) -> str:
 
 def metric_values(model: keras.Model) -> dict[str, float]:
     return {m.name: float(m.result()) for m in model.metrics}
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became NaN or Inf; nothing after the last good checkpoint was
+    saved (the message says which it is and at which steps)."""
+
+
+def divergence(model: keras.Model, check_weights: bool) -> str | None:
+    """What became NaN or Inf, or None: the loss metrics (running means since the last report,
+    so one bad step anywhere in them shows), and with `check_weights` every trainable weight,
+    which a bad update can poison before any loss shows it (checked before each save)."""
+    bad = [
+        name
+        for name, value in metric_values(model).items()
+        if "loss" in name and not math.isfinite(value)
+    ]
+    if bad:
+        return f"the {', '.join(bad)} became NaN or Inf"
+    if check_weights:
+        finite = [tf.reduce_all(tf.math.is_finite(v)) for v in model.trainable_variables]
+        if not bool(tf.reduce_all(finite)):
+            return "the weights became NaN or Inf"
+    return None
 
 
 def reset_metrics(model: keras.Model) -> None:
