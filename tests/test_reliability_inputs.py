@@ -330,3 +330,27 @@ def test_an_input_mask_other_than_0_or_1_is_named(tmp_path):
     with pytest.raises(InputDataError, match=r"record 0 holds input_mask value\(s\) \[7\]") as e:
         check_input_files([str(path)], 4, vocab_size=10)
     record("handled", "input_mask value 7", "refused naming file and record", str(e.value))
+
+
+# ------------------------------------------------------------------ conversions
+def test_hf_weights_that_the_config_does_not_account_for_are_refused(tmp_path, capsys):
+    from test_checkpoints import original_shapes, write_tf1_checkpoint
+
+    from electra_tf.cli import convert
+
+    write_tf1_checkpoint(str(tmp_path / "orig"), original_shapes(layers=2, gen_layers=1), step=1)
+    args = ["--input", str(tmp_path / "orig"), "--output", str(tmp_path / "hf")]
+    assert convert.main(["--to", "hf", *args]) == 0
+    config_path = tmp_path / "hf" / "discriminator" / "config.json"
+    values = json.loads(config_path.read_text())
+    values["num_hidden_layers"] = 1  # the weights hold 2 layers
+    config_path.write_text(json.dumps(values))
+    capsys.readouterr()
+    out = tmp_path / "native"
+    code = convert.main(["--from", "hf", "--to", "native", "--input", str(tmp_path / "hf"),
+                         "--output", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    record("4", "convert --from hf, 2 layers of weights, config says 1", "exit 2, nothing written",
+           f"exit {code}: {err.strip()[:160]}")  # fmt: skip
+    assert code == 2 and "has no place for" in err and "layer_1" in err
+    assert not out.exists()

@@ -202,8 +202,25 @@ def check_complete(source: SourceWeights) -> tuple[str, object | None]:
         check_fit(expected, source, "the generator")
         return "generator", None
     model = build_model(source.config, kind)
-    check_fit(model.variable_map(), source, f"a {kind} of its config")
+    variables = model.variable_map()
+    check_fit(variables, source, f"a {kind} of its config")
+    check_accounted(variables, source, kind)
     return kind, model
+
+
+def check_accounted(variables: dict, source: SourceWeights, kind: str) -> None:
+    """Raises CheckpointError when the source holds weights its config has no place for
+    (4 layers of weights under a config.json that says 2): a conversion would silently
+    write a smaller model."""
+    extra = sorted(set(source.weights) - set(variables))
+    if not extra:
+        return
+    shown = ", ".join(extra[:4]) + (" ..." if len(extra) > 4 else "")
+    raise CheckpointError(
+        f"{source.path} ({source.fmt}) holds {len(extra)} weights that a {kind} of its config "
+        f"has no place for ({shown}); its config does not describe these weights (a layer "
+        "count or size that is off?): correct the config, or pass --config with the right one"
+    )
 
 
 def write_weights(source: SourceWeights, path: str, fmt: str, overwrite: bool = False) -> None:
