@@ -354,3 +354,28 @@ def test_hf_weights_that_the_config_does_not_account_for_are_refused(tmp_path, c
            f"exit {code}: {err.strip()[:160]}")  # fmt: skip
     assert code == 2 and "has no place for" in err and "layer_1" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("part", ["data-00000-of-00001", "index"])
+def test_converting_a_damaged_native_checkpoint_names_it_and_the_older_one(tmp_path, capsys, part):
+    from pretrain_harness import export_config
+
+    from electra_tf.checkpoints import build_pretrainer, write_native_files
+    from electra_tf.cli import convert
+
+    config = export_config(64)
+    model = build_pretrainer(config)
+    for step in (2, 4):
+        write_native_files(model, str(tmp_path / "m"), config, step)
+    damaged = tmp_path / "m" / f"ckpt-4.{part}"
+    raw = damaged.read_bytes()
+    damaged.write_bytes(raw[: len(raw) // 2])
+    capsys.readouterr()
+    code = convert.main(
+        ["--to", "hf", "--input", str(tmp_path / "m"), "--output", str(tmp_path / "hf")]
+    )
+    err = capsys.readouterr().err.strip()
+    record("2", f"convert a native checkpoint, {part} truncated", "exit 2 naming ckpt-2", err)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "ckpt-4: cannot be used" in err and f"--input {tmp_path / 'm' / 'ckpt-2'}" in err
+    assert not (tmp_path / "hf").exists()

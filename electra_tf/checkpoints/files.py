@@ -18,6 +18,7 @@ from electra_tf.atomic_io import write_text
 
 # The resolved PretrainingConfig beside a native checkpoint (and in every run's model dir).
 CONFIG_FILE = "config.json"
+CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
 STATE_FILE = "checkpoint"  # the CheckpointState text file tf.train.latest_checkpoint reads
 
 

@@ -36,6 +36,7 @@ from electra_tf.checkpoints.files import (
 from electra_tf.checkpoints.native import (
     build_model,
     build_pretrainer,
+    damaged_or,
     read_native,
     read_native_config,
     weights_kind,
@@ -58,7 +59,11 @@ def detect_format(path: str) -> str:
     """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
     if os.path.isdir(path) and hf.is_hf_dir(path):
         return "hf"
-    names = open_checkpoint(resolve_prefix(path)).get_variable_to_shape_map()
+    prefix = resolve_prefix(path)
+    try:
+        names = open_checkpoint(prefix).get_variable_to_shape_map()
+    except CheckpointError as e:  # a damaged index: name the older checkpoint that reads
+        raise damaged_or(prefix, e) from None
     return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import (
+    CHECKPOINT_PREFIX,
     CONFIG_FILE,
     CheckpointError,
     first_line,
@@ -23,11 +24,13 @@ from electra_tf.checkpoints.files import (
     resolve_prefix,
     write_state_file,
 )
+from electra_tf.checkpoints.recovery import (
+    checkpoint_problem,
+    checkpoints_on_disk,
+    newest_readable,
+)
 from electra_tf.checkpoints.weights import GENERATOR_HEAD_BIASES, SourceWeights
 from electra_tf.config import PretrainingConfig, save_config
-
-CHECKPOINT_PREFIX = "ckpt"  # the file prefix: ckpt-<step>.index, ckpt-<step>.data-*, ...
-
 
 # What a native checkpoint can hold: the whole pretrainer, the discriminator (encoder + its
 # replaced-token head, what an HF `ElectraForPreTraining` folder is) or the bare encoder (an
@@ -123,8 +126,11 @@ def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWei
     prefix = resolve_prefix(path)
     if config is None:
         config = read_native_config(prefix)
-    root, step = _native_root(prefix)
-    kind = _native_kind(open_checkpoint(prefix), root, prefix)
+    try:
+        root, step = _native_root(prefix)
+        kind = _native_kind(open_checkpoint(prefix), root, prefix)
+    except CheckpointError as e:  # an unreadable index: say which older checkpoint reads
+        raise damaged_or(prefix, e) from None
     model = build_model(config, kind)
     error = None
     with quiet_tf_warnings():
@@ -132,13 +138,29 @@ def read_native(path: str, config: PretrainingConfig | None = None) -> SourceWei
             status = tf.train.Checkpoint(**{root: model}).read(prefix)
             status.expect_partial()  # the optimizer, step and data iterator are not weights
             status.assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as e:
+        except (AssertionError, ValueError, IndexError, tf.errors.OpError) as e:
             # TF's message can hold every unmatched object, arrays included: one line of it.
             error = first_line(e)
     if error is not None:
-        raise CheckpointError(f"{prefix}: does not match the {kind} of its config ({error})")
+        mismatch = CheckpointError(f"{prefix}: does not match the {kind} of its config ({error})")
+        raise damaged_or(prefix, mismatch)
     weights = {name: var.numpy() for name, var in model.variable_map().items()}
     return SourceWeights(weights, "native", prefix, config, step)
+
+
+def damaged_or(prefix: str, otherwise: CheckpointError) -> CheckpointError:
+    """Why a native checkpoint did not read: damaged files (naming the file and the newest
+    older checkpoint beside it that reads in full), else `otherwise`."""
+    problem = checkpoint_problem(prefix)
+    if problem is None:
+        return otherwise
+    older = newest_readable(checkpoints_on_disk(os.path.dirname(prefix)), below=prefix)
+    hint = (
+        f"{older} reads in full: use it (--input {older})"
+        if older
+        else "no older checkpoint beside it reads in full"
+    )
+    return CheckpointError(f"{prefix}: cannot be used: {problem}; {hint}")
 
 
 def write_native_files(

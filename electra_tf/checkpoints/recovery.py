@@ -24,8 +24,7 @@ from typing import TextIO
 
 import tensorflow as tf
 
-from electra_tf.checkpoints.files import STATE_FILE, write_state_file
-from electra_tf.checkpoints.native import CHECKPOINT_PREFIX
+from electra_tf.checkpoints.files import CHECKPOINT_PREFIX, STATE_FILE, write_state_file
 
 _INDEX_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
 _DATA_FILE = re.compile(r"\.data-(\d+)-of-(\d+)$")

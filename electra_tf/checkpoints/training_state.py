@@ -30,8 +30,7 @@ from typing import Any, TextIO
 
 import tensorflow as tf
 
-from electra_tf.checkpoints.files import CONFIG_FILE, write_state_file
-from electra_tf.checkpoints.native import CHECKPOINT_PREFIX
+from electra_tf.checkpoints.files import CHECKPOINT_PREFIX, CONFIG_FILE, write_state_file
 from electra_tf.checkpoints.recovery import checkpoint_problem, damage_error, resume_point
 from electra_tf.config import MASKED_LM_VARIANTS, ConfigError, PretrainingConfig, save_config
 
