@@ -379,3 +379,23 @@ def test_converting_a_damaged_native_checkpoint_names_it_and_the_older_one(tmp_p
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "ckpt-4: cannot be used" in err and f"--input {tmp_path / 'm' / 'ckpt-2'}" in err
     assert not (tmp_path / "hf").exists()
+
+
+# ------------------------------------------------------------------ fine-tuning tasks
+PRETRAINED = os.path.join(ROOT, "pretrained", "electra-tiny-gutenberg")
+
+
+def test_an_empty_task_list_and_a_task_without_data_are_one_line(tmp_path, capsys):
+    from electra_tf.cli import finetune
+
+    (tmp_path / "finetuning_data" / "chunk").mkdir(parents=True)
+    base = ["--data-dir", str(tmp_path), "--model-name", "m", "--hparams", '{"debug": true}']
+    code = finetune.main([*base, "--tasks", ""])
+    err = capsys.readouterr().err
+    record("7", 'finetune --tasks ""', "exit 2: names no task", f"exit {code}: {last_line(err)}")
+    assert code == 2 and "--tasks: '' names no task" in err
+    code = finetune.main([*base, "--tasks", "chunk", "--pretrained", PRETRAINED])
+    err = capsys.readouterr().err
+    record("7", "finetune chunk with no data", "one line naming train.txt", last_line(err))
+    assert code != 0 and "Traceback" not in err
+    assert "chunk/train.txt: task chunk has no tagged sentences" in last_line(err)

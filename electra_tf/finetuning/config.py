@@ -363,8 +363,11 @@ def _overrides(hparams: str | Mapping[str, Any] | None, tasks: str | None) -> di
     overrides = dict(
         parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
     )
-    if tasks:
-        overrides["task_names"] = [t.strip() for t in tasks.split(",") if t.strip()]
+    if tasks is not None:
+        names = [t.strip() for t in tasks.split(",") if t.strip()]
+        if not names:  # `--tasks ""` used to fall back to the default task, chunk
+            raise ConfigError(f"--tasks: {tasks!r} names no task; known: {TASK_NAMES}")
+        overrides["task_names"] = names
     return overrides
 
 

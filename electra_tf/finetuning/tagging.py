@@ -89,6 +89,11 @@ class TaggingTask(Task):
                     for words, sentence_tags in self._sentences(split):
                         spans = scorers.get_span_labels(sentence_tags)
                         tags.update(scorers.get_tags(spans, len(words), LABEL_ENCODING))
+                if not tags:  # no data at all: a head with no labels fails deep in Keras
+                    raise DataError(
+                        f"{self.split_file('train')}: task {self.name} has no tagged sentences "
+                        "in its train/dev/test.txt (one 'word ... tag' line per token)"
+                    )
                 self._label_mapping = {tag: i for i, tag in enumerate(sorted(tags))}
                 write_json(path, self._label_mapping)
         return self._label_mapping
