@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,30 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _tensor(where: str, info: Any, buffer: memoryview) -> tuple[int, int, np.ndarray]:
+    """One header entry checked against the buffer: (begin, end, a native-order copy)."""
+    try:
+        code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+    except (TypeError, KeyError, ValueError) as e:
+        raise SafetensorsError(f"{where}: needs dtype, shape and data_offsets ({e})") from e
+    if not isinstance(code, str):
+        raise SafetensorsError(f"{where}: dtype {code!r} is not a string")
+    dtype = _numpy_dtype(code, where)
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise SafetensorsError(f"{where}: shape {shape!r} is not a list of integers >= 0")
+    if not (_is_count(begin) and _is_count(end)):
+        raise SafetensorsError(f"{where}: data_offsets {[begin, end]!r} are not two integers >= 0")
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if not (0 <= begin <= end <= len(buffer)) or end - begin != expected:
+        raise SafetensorsError(
+            f"{where}: data_offsets [{begin}, {end}] do not hold {code}{list(shape)} "
+            f"({expected} bytes) inside a {len(buffer)}-byte buffer"
+        )
+    array = np.frombuffer(buffer[begin:end], dtype=dtype).reshape(shape)
+    # Copy into native byte order so callers get ordinary writable arrays.
+    return begin, end, array.astype(dtype.newbyteorder("="), copy=True)
+
+
 def load_file_with_metadata(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Reads every tensor of `path` into NumPy arrays (native byte order) plus `__metadata__`."""
     with open(path, "rb") as f:
@@ -98,30 +123,8 @@ def load_file_with_metadata(path: str) -> tuple[dict[str, np.ndarray], dict[str,
     tensors: dict[str, np.ndarray] = {}
     spans: list[tuple[int, int, str]] = []
     for name, info in header.items():
-        where = f"{path}: tensor {name!r}"
-        try:
-            code, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        except (TypeError, KeyError, ValueError) as e:
-            raise SafetensorsError(f"{where}: needs dtype, shape and data_offsets ({e})") from e
-        if not isinstance(code, str):
-            raise SafetensorsError(f"{where}: dtype {code!r} is not a string")
-        dtype = _numpy_dtype(code, where)
-        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
-            raise SafetensorsError(f"{where}: shape {shape!r} is not a list of integers >= 0")
-        if not (_is_count(begin) and _is_count(end)):
-            raise SafetensorsError(
-                f"{where}: data_offsets {[begin, end]!r} are not two integers >= 0"
-            )
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if not (0 <= begin <= end <= len(buffer)) or end - begin != expected:
-            raise SafetensorsError(
-                f"{where}: data_offsets [{begin}, {end}] do not hold {code}{list(shape)} "
-                f"({expected} bytes) inside a {len(buffer)}-byte buffer"
-            )
+        begin, end, tensors[name] = _tensor(f"{path}: tensor {name!r}", info, buffer)
         spans.append((begin, end, name))
-        array = np.frombuffer(buffer[begin:end], dtype=dtype).reshape(shape)
-        # Copy into native byte order so callers get ordinary writable arrays.
-        tensors[name] = array.astype(dtype.newbyteorder("="), copy=True)
     position = 0
     for begin, end, name in sorted(spans):
         if begin != position:

@@ -46,7 +46,7 @@ def _selected(source, float16: bool, discriminator_only: bool):
     return dataclasses.replace(source, weights=weights)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0]
     )
@@ -71,7 +71,30 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave the generator out (e.g. to ship a model for fine-tuning)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _dry_run(source, dst: str) -> None:
+    """Prints every "source name [shape] -> target name [shape]" line; writes nothing. The same
+    completeness check as a real conversion; native maps to its model."""
+    from electra_tf import checkpoints
+    from electra_tf.checkpoints.mapping import mapping_lines
+
+    kind, model = checkpoints.check_complete(source)
+    native_vars = None
+    if dst == "native":
+        if model is None:
+            raise checkpoints.CheckpointError(f"a {kind} on its own has no native form")
+        native_vars = model.variable_map()
+    print("\n".join(mapping_lines(source, dst, native_vars)))
+    step = "none" if source.global_step is None else source.global_step
+    print(
+        f"# {len(source.weights)} tensors, {source.fmt} -> {dst}, global_step {step}; nothing written"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.float16 and args.dst != "hf":
         print("error: --float16 is for --to hf (native and original stay float32)", file=sys.stderr)
         return 2
@@ -84,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf import checkpoints
     from electra_tf.checkpoints.files import first_line
     from electra_tf.checkpoints.hf import HFFormatError
-    from electra_tf.checkpoints.mapping import mapping_lines
     from electra_tf.checkpoints.safetensors_io import SafetensorsError
 
     try:
@@ -94,19 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         source = checkpoints.read_weights(args.input, args.src, config)
         source = _selected(source, args.float16, args.discriminator_only)
         if args.dry_run:
-            # The same completeness check as a real conversion; native maps to its model.
-            kind, model = checkpoints.check_complete(source)
-            native_vars = None
-            if args.dst == "native":
-                if model is None:
-                    raise checkpoints.CheckpointError(f"a {kind} on its own has no native form")
-                native_vars = model.variable_map()
-            print("\n".join(mapping_lines(source, args.dst, native_vars)))
-            step = "none" if source.global_step is None else source.global_step
-            print(
-                f"# {len(source.weights)} tensors, {source.fmt} -> {args.dst}, "
-                f"global_step {step}; nothing written"
-            )
+            _dry_run(source, args.dst)
             return 0
         checkpoints.write_weights(source, args.output, args.dst, overwrite=args.overwrite)
     except (checkpoints.CheckpointError, ConfigError, HFFormatError, SafetensorsError) as e:

@@ -152,6 +152,41 @@ def _init_worker(options: BuildOptions, spool_dir: str, progress_counter) -> Non
     )
 
 
+def _pack_file(text_file, options, tokenizer, emit, stats: BuildStats, counter) -> int:
+    """Tokenises one text file's lines and packs them into examples (`emit` writes each);
+    returns the bytes already reported to the progress counter."""
+    vocab = tokenizer.vocab
+    # Per-file randomness: independent of process count and of earlier files.
+    rng = random.Random(f"{options.seed}:{text_file.name}")
+    builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
+    in_document = False
+    reported = 0
+    for number, line in enumerate(text_file.lines(options.strip_gutenberg), 1):
+        line = line.strip()
+        if not line:
+            if options.blanks_separate_docs:
+                emit(builder.flush())
+                in_document = False
+            continue
+        ids = tokenizer.tokenize_to_ids(line)
+        if len(ids) > LONG_LINE_EXAMPLES * options.max_seq_length:
+            where = f"{text_file.name}:{number}"
+            stats.long_lines.append(f"{where} ({len(line):,} characters, {len(ids):,} tokens)")
+        stats.lines += 1
+        stats.tokens += len(ids)
+        stats.unk_tokens += ids.count(tokenizer.unk_id)
+        if not in_document:
+            stats.documents += 1
+            in_document = True
+        emit(builder.add_line(ids))
+        if counter is not None and stats.lines % 2048 == 0:
+            with counter.get_lock():
+                counter.value += text_file.bytes_read - reported
+            reported = text_file.bytes_read
+    emit(builder.flush())
+    return reported
+
+
 def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
     """Tokenises and packs one input; examples go to a spool file the parent copies in order."""
     index, item = job
@@ -159,8 +194,6 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
     tokenizer: FullTokenizer = _worker["tokenizer"]
     serializer: ExampleSerializer = _worker["serializer"]
     counter = _worker["counter"]
-    vocab = tokenizer.vocab
-    unk_id = tokenizer.unk_id
     stats = BuildStats(input_files=1)
     spool_path = os.path.join(_worker["spool_dir"], f"{index:09d}.bin")
     pack = struct.Struct("<I").pack
@@ -182,36 +215,7 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
                 stats.skipped.append(f"{text_file.name}: {text_file.skip_reason}")
                 continue
             stats.text_files += 1
-            # Per-file randomness: independent of process count and of earlier files.
-            rng = random.Random(f"{options.seed}:{text_file.name}")
-            builder = ExampleBuilder(options.max_seq_length, vocab["[CLS]"], vocab["[SEP]"], rng)
-            in_document = False
-            reported = 0
-            for number, line in enumerate(text_file.lines(options.strip_gutenberg), 1):
-                line = line.strip()
-                if not line:
-                    if options.blanks_separate_docs:
-                        emit(builder.flush())
-                        in_document = False
-                    continue
-                ids = tokenizer.tokenize_to_ids(line)
-                if len(ids) > LONG_LINE_EXAMPLES * options.max_seq_length:
-                    where = f"{text_file.name}:{number}"
-                    stats.long_lines.append(
-                        f"{where} ({len(line):,} characters, {len(ids):,} tokens)"
-                    )
-                stats.lines += 1
-                stats.tokens += len(ids)
-                stats.unk_tokens += ids.count(unk_id)
-                if not in_document:
-                    stats.documents += 1
-                    in_document = True
-                emit(builder.add_line(ids))
-                if counter is not None and stats.lines % 2048 == 0:
-                    with counter.get_lock():
-                        counter.value += text_file.bytes_read - reported
-                    reported = text_file.bytes_read
-            emit(builder.flush())
+            reported = _pack_file(text_file, options, tokenizer, emit, stats, counter)
             stats.bytes_read += text_file.bytes_read
             stats.replaced_chars += text_file.replaced_chars
             if counter is not None:

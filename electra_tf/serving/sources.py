@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import tensorflow as tf
 
@@ -96,6 +97,26 @@ def pretrained_specs(
     return specs
 
 
+def _trial_configs(run_dir: str, task_name: str) -> tuple[Any, ModelConfig]:
+    """A fine-tuning trial's FinetuningConfig and encoder ModelConfig, saved in its folder."""
+    from electra_tf.finetuning.config import (
+        FINETUNING_CONFIG_FILE,
+        MODEL_CONFIG_FILE,
+        load_finetuning_config,
+    )
+
+    config_path = os.path.join(run_dir, FINETUNING_CONFIG_FILE)
+    model_config_path = os.path.join(run_dir, MODEL_CONFIG_FILE)
+    for path in (config_path, model_config_path):
+        if not os.path.isfile(path):
+            raise ExportError(f"{path} not found: fine-tune {task_name} first (make finetune)")
+    config = load_finetuning_config(config_path)
+    if task_name not in config.task_names:
+        raise ExportError(f"{run_dir} was fine-tuned on {config.task_names}, not {task_name}")
+    with open(model_config_path, encoding="utf-8") as f:
+        return config, ModelConfig.from_dict(json.load(f))
+
+
 def task_spec(
     model_name: str,
     model_dir: str,
@@ -110,11 +131,6 @@ def task_spec(
     """The spec of fine-tuning trial `trial` of `task_name` (its FinetuningModel checkpoint), or
     of the trial directory `checkpoint`."""
     from electra_tf.data.tokenization import FullTokenizer
-    from electra_tf.finetuning.config import (
-        FINETUNING_CONFIG_FILE,
-        MODEL_CONFIG_FILE,
-        load_finetuning_config,
-    )
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.registry import get_task
     from electra_tf.finetuning.task import shared_feature_specs
@@ -122,16 +138,7 @@ def task_spec(
     run_dir = checkpoint or os.path.join(
         model_dir, "finetuning_models", f"{task_name}_model_{trial}"
     )
-    config_path = os.path.join(run_dir, FINETUNING_CONFIG_FILE)
-    model_config_path = os.path.join(run_dir, MODEL_CONFIG_FILE)
-    for path in (config_path, model_config_path):
-        if not os.path.isfile(path):
-            raise ExportError(f"{path} not found: fine-tune {task_name} first (make finetune)")
-    config = load_finetuning_config(config_path)
-    if task_name not in config.task_names:
-        raise ExportError(f"{run_dir} was fine-tuned on {config.task_names}, not {task_name}")
-    with open(model_config_path, encoding="utf-8") as f:
-        model_config = ModelConfig.from_dict(json.load(f))
+    config, model_config = _trial_configs(run_dir, task_name)
     vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)
     tokenizer = FullTokenizer(vocab_file, config.do_lower_case, config.do_strip_accents)
     tasks = [get_task(name, config, tokenizer) for name in config.task_names]
