@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 from pretrainer_fixtures import CLS, SEP, SPECIAL_IDS, tiny_batch, tiny_config
 
+from electra_tf.pretraining import loop
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
 EXPECTED_METRICS = {
@@ -69,6 +70,23 @@ def test_variable_map_covers_every_trainable_variable_once(overrides, expected_s
     ids = [id(v) for v in names.values()]
     assert len(set(ids)) == len(ids)
     assert set(ids) == {id(v) for v in model.trainable_variables}
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_learning_rate_metric_reads_the_schedule_through_a_loss_scale_wrapper(precision):
+    config = one_layer_config(
+        precision=precision, num_train_steps=10, num_warmup_steps=0, learning_rate=1e-3
+    )
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    optimizer = loop.build_optimizer(config, model)  # fp16: wrapped in a LossScaleOptimizer
+    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    assert scaled == (precision == "mixed_float16")
+    model.compile(optimizer=optimizer)
+    optimizer.iterations.assign(4)
+    model.train_update(tiny_batch())
+    # The rate of the step just applied: 1e-3 * (1 - 4 / 10).
+    values = {metric.name: float(metric.result()) for metric in model.metrics}
+    np.testing.assert_allclose(values["learning_rate"], 6e-4, rtol=1e-6)
 
 
 def test_default_generator_shapes():

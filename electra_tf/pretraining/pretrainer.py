@@ -15,6 +15,7 @@ from electra_tf.modeling import (
     TwoTowerClozeTransformer,
 )
 from electra_tf.modeling.utils import no_autograph
+from electra_tf.optimization import learning_rate_schedule
 from electra_tf.pretraining import ablations
 from electra_tf.pretraining.electric import electric_logits
 from electra_tf.pretraining.losses import electra_loss, replica_sum
@@ -333,15 +334,8 @@ class ElectraPretrainer(keras.Model):
     # ------------------------------------------------------------------ training
     @property
     def metrics(self):
-        return self._trackers.metrics(with_learning_rate=self._learning_rate_schedule() is not None)
-
-    def _learning_rate_schedule(self):
-        optimizer = getattr(self, "optimizer", None)
-        optimizer = getattr(optimizer, "inner_optimizer", optimizer)
-        schedule = getattr(optimizer, "_learning_rate", None)
-        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            return schedule
-        return None
+        schedule = learning_rate_schedule(getattr(self, "optimizer", None))
+        return self._trackers.metrics(with_learning_rate=schedule is not None)
 
     @no_autograph
     def train_step(self, data):
@@ -367,7 +361,7 @@ class ElectraPretrainer(keras.Model):
         """
         inputs = data[0] if isinstance(data, tuple) else data
         optimizer = self.optimizer
-        schedule = self._learning_rate_schedule()
+        schedule = learning_rate_schedule(optimizer)
         if schedule is not None:
             # The rate this step uses (before apply_gradients advances `iterations`).
             self._trackers.update_learning_rate(schedule(optimizer.iterations))
