@@ -8,12 +8,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import (
-    DiscriminatorHead,
-    GeneratorHead,
-    TransformerEncoder,
-    TwoTowerClozeTransformer,
-)
 from electra_tf.modeling.utils import no_autograph
 from electra_tf.optimization import learning_rate_schedule
 from electra_tf.pretraining import ablations
@@ -27,6 +21,7 @@ from electra_tf.pretraining.masking import (
     mask_inputs,
     num_masked_slots,
 )
+from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
 from electra_tf.pretraining.sampling import (
     gather_positions,
     gumbel_sample,
@@ -38,20 +33,14 @@ from electra_tf.pretraining.sampling import (
 class ElectraPretrainer(keras.Model):
     """ELECTRA pre-training: mask -> generator (MLM) -> sample -> discriminator (RTD).
 
-    Networks, as the original for each setting of the config:
-    - default: a small generator (`config.generator_config()`, scope `generator`) that shares
-      the discriminator's whole embedding block, with its own `embeddings_project`;
-    - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
-    - `untied_generator=False`: generator and discriminator are the same network;
-    - `uniform_generator`: no generator network; logits are zeros (uniform samples);
-    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator;
-    - `two_tower_generator` (forced by `electric_objective`): the generator is a two-tower
-      cloze model (`generator_ltr`, `generator_rtl`, head `cloze_predictions`) run on the
-      UNMASKED input; it is trained by the cloze loss over every masking candidate, and the
-      samples come from its logits at the masked slots;
-    - `electric_objective`: Electric. The discriminator's output is an energy; its logit is
-      energy + stop_gradient(log q(token)) + log(mask_prob / (1 - mask_prob)), q the cloze
-      model, and every scattered-into position is labelled fake (see `electric.py`).
+    The networks (`PretrainingNetworks`: discriminator, generator, heads) are built by
+    `build_networks(config, ...)`, as the original for each setting of the config (see
+    `networks.py`); the pretrainer runs them. With the two-tower generator (forced by
+    `electric_objective`) the generator is a cloze model run on the UNMASKED input, trained by
+    the cloze loss over every masking candidate, and the samples come from its logits at the
+    masked slots. With `electric_objective` (Electric) the discriminator's output is an energy;
+    its logit is energy + stop_gradient(log q(token)) + log(mask_prob / (1 - mask_prob)), q
+    the cloze model, and every scattered-into position is labelled fake (see `electric.py`).
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
@@ -67,6 +56,8 @@ class ElectraPretrainer(keras.Model):
     Args:
         config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
             the dtype policy of every layer.
+        networks: the networks to train, `build_networks(config, ...)`'s; None builds them
+            with this model's dtype policy.
         cls_id, sep_id, mask_id: the vocabulary's [CLS], [SEP] and [MASK] ids.
 
     Call args:
@@ -88,11 +79,16 @@ class ElectraPretrainer(keras.Model):
     def __init__(
         self,
         config: PretrainingConfig,
+        networks: PretrainingNetworks | None = None,
         cls_id: int = CLS_ID,
         sep_id: int = SEP_ID,
         mask_id: int = MASK_ID,
         **kwargs,
     ):
+        if networks is not None and not isinstance(networks, PretrainingNetworks):
+            # The special ids came second before `networks` did: a positional caller gets
+            # this error, not networks made of ints.
+            raise TypeError(f"networks: a PretrainingNetworks, not {type(networks).__name__}")
         kwargs.setdefault("name", "electra_pretrainer")
         kwargs.setdefault("dtype", config.precision)
         super().__init__(**kwargs)
@@ -100,60 +96,21 @@ class ElectraPretrainer(keras.Model):
             config = config.resolve()
         self.config = config
         self.special_ids = {"cls_id": cls_id, "sep_id": sep_id, "mask_id": mask_id}
-        for key, value in self.special_ids.items():
-            if not 0 <= value < config.vocab_size:
-                raise ValueError(
-                    f"{key} {value} is outside the vocabulary (vocab_size "
-                    f"{config.vocab_size}): pass the vocabulary's special ids"
-                )
-        policy = self.dtype_policy
-        disc_config = config.discriminator_config()
-        self.discriminator = TransformerEncoder(disc_config, name="discriminator", dtype=policy)
-        # Validated by config.resolve(): the two-tower generator comes with an untied,
-        # non-uniform generator and a discriminator.
-        self.two_tower = config.two_tower_generator
-        self.separate_generator = (
-            config.has_discriminator
-            and config.untied_generator
-            and not config.uniform_generator
-            and not self.two_tower
-        )
-        self.cloze_head = None
-        if config.uniform_generator:
-            self.generator = None
-        elif self.two_tower:
-            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
-            self.generator = TwoTowerClozeTransformer(
-                config.generator_config(), shared, name="two_tower_cloze", dtype=policy
-            )
-            # The original's `get_token_logits` under `cloze_predictions`, tied to the ltr table.
-            self.cloze_head = GeneratorHead(
-                self.generator.config,
-                self.generator.embeddings,
-                input_width=self.generator.output_width,
-                name="cloze_predictions",
-                dtype=policy,
-            )
-        elif self.separate_generator:
-            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
-            self.generator = TransformerEncoder(
-                config.generator_config(), embeddings=shared, name="generator", dtype=policy
-            )
-        else:
-            # The original builds this "generator" in the discriminator's scope: same weights.
-            self.generator = self.discriminator
-        self.generator_head = None
-        if self.generator is not None and not self.two_tower:
-            self.generator_head = GeneratorHead(
-                self.generator.config, self.generator.embeddings, dtype=policy
-            )
-        # Replace MLM / All-Tokens MLM: masked-LM heads where the replaced-token head would be.
-        self.corrupted_mlm_head = ablations.build_corrupted_mlm_head(
-            config, disc_config, self.discriminator.embeddings, policy
-        )
-        self.discriminator_head = None
-        if config.has_discriminator and self.corrupted_mlm_head is None:
-            self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
+        _check_special_ids(self.special_ids, config.vocab_size)
+        if networks is None:
+            networks = build_networks(config, self.dtype_policy)
+        networks.check_matches(config)
+        self.two_tower = networks.two_tower
+        self.separate_generator = networks.separate_generator
+        # Keras tracks layers in the order they are assigned: this order fixes the order of
+        # `trainable_variables` (and of the optimizer's slots), the attribute names the
+        # checkpoint's object paths.
+        self.discriminator = networks.discriminator
+        self.generator = networks.generator
+        self.cloze_head = networks.cloze_head
+        self.generator_head = networks.generator_head
+        self.corrupted_mlm_head = networks.corrupted_mlm_head
+        self.discriminator_head = networks.discriminator_head
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._trackers = ablations.pretraining_metrics(config)
 
@@ -515,3 +472,13 @@ class ElectraPretrainer(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         return cls(PretrainingConfig(**config.pop("config")), **config)
+
+
+def _check_special_ids(special_ids: dict[str, int], vocab_size: int) -> None:
+    """Raises ValueError for an id outside the vocabulary (the defaults are BERT's)."""
+    for key, value in special_ids.items():
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{key} {value} is outside the vocabulary (vocab_size "
+                f"{vocab_size}): pass the vocabulary's special ids"
+            )
