@@ -202,6 +202,16 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         if variable_map is not None:
             self.set_variable_map(variable_map)
 
+    @property
+    def learning_rate_schedule(self) -> keras.optimizers.schedules.LearningRateSchedule | None:
+        """The schedule the optimizer was built with (e.g. `ElectraSchedule`), or None for a
+        constant rate. Call it with a step to get that step's rate; `learning_rate` gives
+        only the current one."""
+        schedule = self._learning_rate
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            return schedule
+        return None
+
     # ------------------------------------------------------------------ names
     def set_variable_map(self, variable_map: Mapping[str, tf.Variable]) -> None:
         """Registers the original names; call before the first `apply_gradients`."""
@@ -327,6 +337,32 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             }
         )
         return config
+
+
+def learning_rate_schedule(
+    optimizer: keras.optimizers.Optimizer | None,
+) -> keras.optimizers.schedules.LearningRateSchedule | None:
+    """The learning-rate schedule `optimizer` steps on, or None (a constant rate, no optimizer).
+
+    A `LossScaleOptimizer` is looked through to the optimizer it wraps (`inner_optimizer`).
+    `AdamWeightDecay` answers with its `learning_rate_schedule`; any other tf_keras optimizer
+    (`keras.optimizers.Adam(schedule)` in user code) keeps its schedule in `_learning_rate`
+    and has no public accessor, so that attribute is read here, the one place that does.
+
+    Args:
+        optimizer: a tf_keras optimizer (new API), possibly loss-scaled, or None.
+
+    Returns:
+        The `LearningRateSchedule` (call it with `optimizer.iterations` for the rate of the
+        step about to be applied), or None.
+    """
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    if isinstance(optimizer, AdamWeightDecay):
+        return optimizer.learning_rate_schedule
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        return schedule
+    return None
 
 
 def layerwise_lr_multipliers(

@@ -21,6 +21,7 @@ from electra_tf.optimization import (
     ElectraSchedule,
     create_optimizer,
     layerwise_lr_multipliers,
+    learning_rate_schedule,
 )
 
 B1, B2, EPS = 0.9, 0.999, 1e-6
@@ -329,6 +330,23 @@ def test_loss_scale_optimizer_wrapping_gives_the_same_step():
     for a, b in zip(plain_vars, scaled_vars, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
     assert wrapped.iterations.numpy() == 1
+
+
+def test_learning_rate_schedule_is_public_through_a_loss_scale_wrapper():
+    schedule = ElectraSchedule(1e-3, num_train_steps=10)
+    plain = AdamWeightDecay(learning_rate=schedule)
+    assert plain.learning_rate_schedule is schedule
+    assert AdamWeightDecay(learning_rate=0.01).learning_rate_schedule is None
+    wrapped = keras.mixed_precision.LossScaleOptimizer(AdamWeightDecay(learning_rate=schedule))
+    assert learning_rate_schedule(plain) is schedule
+    assert learning_rate_schedule(wrapped) is schedule
+    # Other tf_keras optimizers (user code), wrapped or not; constant rates and no optimizer.
+    decay = keras.optimizers.schedules.PolynomialDecay(1e-3, 10)
+    assert learning_rate_schedule(keras.optimizers.Adam(decay)) is decay
+    adam = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.Adam(decay))
+    assert learning_rate_schedule(adam) is decay
+    assert learning_rate_schedule(keras.optimizers.Adam(1e-3)) is None
+    assert learning_rate_schedule(None) is None
 
 
 def test_schedule_hand_values():

@@ -6,6 +6,8 @@ import tensorflow as tf
 import tf_keras as keras
 from pretrainer_fixtures import CLS, SEP, SPECIAL_IDS, tiny_batch, tiny_config
 
+from electra_tf.pretraining import loop
+from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
 EXPECTED_METRICS = {
@@ -69,6 +71,136 @@ def test_variable_map_covers_every_trainable_variable_once(overrides, expected_s
     ids = [id(v) for v in names.values()]
     assert len(set(ids)) == len(ids)
     assert set(ids) == {id(v) for v in model.trainable_variables}
+
+
+EMBEDDINGS = [("electra/embeddings", 5), ("electra/embeddings_project", 2)]
+DISCRIMINATOR = [*EMBEDDINGS, ("electra/encoder/layer_0", 16)]
+GENERATOR_HEAD = [
+    ("generator_predictions/output_bias", 1),
+    ("generator_predictions/dense", 2),
+    ("generator_predictions/LayerNorm", 2),
+]
+RTD_HEAD = [("discriminator_predictions/dense", 2), ("discriminator_predictions/dense_1", 2)]
+MLM_HEAD = [
+    ("mlm_predictions/output_bias", 1),
+    ("mlm_predictions/dense", 2),
+    ("mlm_predictions/LayerNorm", 2),
+]
+
+
+def original_scope_runs(model) -> list[tuple[str, int]]:
+    """`model.trainable_variables`' order (the optimizer's slot order, the order of a
+    checkpoint's optimizer state) as runs of original scopes: [(scope, count), ...]."""
+    original = {id(v): name for name, v in model.variable_map().items()}
+    runs: list[tuple[str, int]] = []
+    for variable in model.trainable_variables:
+        parts = original[id(variable)].split("/")
+        scope = "/".join(parts[:3] if parts[1] == "encoder" else parts[:2])
+        if runs and runs[-1][0] == scope:
+            runs[-1] = (scope, runs[-1][1] + 1)
+        else:
+            runs.append((scope, 1))
+    return runs
+
+
+# Pinned from the pretrainer that built its own networks (commit c6c22a0): the factory must
+# keep the order in which the layers reach the model.
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        ({}, [*DISCRIMINATOR, ("generator/encoder/layer_0", 16), *GENERATOR_HEAD, *RTD_HEAD]),
+        (
+            {"untied_generator_embeddings": True},
+            [
+                *DISCRIMINATOR,
+                ("generator/embeddings", 5),
+                ("generator/encoder/layer_0", 16),
+                *GENERATOR_HEAD,
+                *RTD_HEAD,
+            ],
+        ),
+        (
+            {"untied_generator": False, "generator_hidden_size": 1.0},
+            [*DISCRIMINATOR, *GENERATOR_HEAD, *RTD_HEAD],
+        ),
+        ({"uniform_generator": True}, [*DISCRIMINATOR, *RTD_HEAD]),
+        (
+            {"electric_objective": True},
+            [
+                *DISCRIMINATOR,
+                ("generator_ltr/encoder/layer_0", 16),
+                ("generator_rtl/encoder/layer_0", 16),
+                ("cloze_predictions/output_bias", 1),
+                ("cloze_predictions/dense", 2),
+                ("cloze_predictions/LayerNorm", 2),
+                *RTD_HEAD,
+            ],
+        ),
+        (
+            {"electra_objective": False, "generator_hidden_size": 1.0},
+            [*DISCRIMINATOR, *GENERATOR_HEAD],
+        ),
+        (
+            {"objective_variant": "replace_mlm"},
+            [*DISCRIMINATOR, ("generator/encoder/layer_0", 16), *GENERATOR_HEAD, *MLM_HEAD],
+        ),
+        (
+            {"objective_variant": "all_tokens_mlm"},
+            [
+                *DISCRIMINATOR,
+                ("generator/encoder/layer_0", 16),
+                *GENERATOR_HEAD,
+                *MLM_HEAD,
+                ("copy_predictions/dense", 2),
+                ("copy_predictions/dense_1", 2),
+            ],
+        ),
+    ],
+)
+def test_trainable_variable_order_is_pinned(overrides, expected):
+    config = one_layer_config(generator_layers=1.0, **overrides)
+    assert original_scope_runs(ElectraPretrainer(config, **SPECIAL_IDS)) == expected
+
+
+def test_pretrainer_receives_the_networks_it_trains():
+    config = tiny_config(electric_objective=True)
+    networks = build_networks(config)
+    model = ElectraPretrainer(config, networks, **SPECIAL_IDS)
+    assert model.discriminator is networks.discriminator
+    assert model.generator is networks.generator and model.cloze_head is networks.cloze_head
+    assert model.generator_head is None and model.corrupted_mlm_head is None
+    assert model.two_tower and not model.separate_generator
+    expected = [v.name for v in ElectraPretrainer(config, **SPECIAL_IDS).trainable_variables]
+    assert [v.name for v in model.trainable_variables] == expected
+    assert list(model.variable_map()) == list(
+        ElectraPretrainer(config, **SPECIAL_IDS).variable_map()
+    )
+
+
+def test_networks_that_do_not_fit_the_config_are_a_clear_error():
+    uniform = build_networks(tiny_config(uniform_generator=True))
+    with pytest.raises(ValueError, match="no generator network"):
+        ElectraPretrainer(tiny_config(), networks=uniform, **SPECIAL_IDS)
+    with pytest.raises(TypeError, match="PretrainingNetworks"):
+        ElectraPretrainer(tiny_config(), 1, 2, 3)  # special ids where the networks go
+    assert isinstance(uniform, PretrainingNetworks) and uniform.generator is None
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_learning_rate_metric_reads_the_schedule_through_a_loss_scale_wrapper(precision):
+    config = one_layer_config(
+        precision=precision, num_train_steps=10, num_warmup_steps=0, learning_rate=1e-3
+    )
+    model = ElectraPretrainer(config, **SPECIAL_IDS)
+    optimizer = loop.build_optimizer(config, model)  # fp16: wrapped in a LossScaleOptimizer
+    scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    assert scaled == (precision == "mixed_float16")
+    model.compile(optimizer=optimizer)
+    optimizer.iterations.assign(4)
+    model.train_update(tiny_batch())
+    # The rate of the step just applied: 1e-3 * (1 - 4 / 10).
+    values = {metric.name: float(metric.result()) for metric in model.metrics}
+    np.testing.assert_allclose(values["learning_rate"], 6e-4, rtol=1e-6)
 
 
 def test_default_generator_shapes():

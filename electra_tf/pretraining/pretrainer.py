@@ -8,24 +8,24 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import (
-    DiscriminatorHead,
-    GeneratorHead,
-    TransformerEncoder,
-    TwoTowerClozeTransformer,
-)
 from electra_tf.modeling.utils import no_autograph
+from electra_tf.optimization import learning_rate_schedule
 from electra_tf.pretraining import ablations
 from electra_tf.pretraining.electric import electric_logits
-from electra_tf.pretraining.losses import electra_loss, replica_sum
+from electra_tf.pretraining.gradients import (
+    accumulated_gradients,
+    loss_gradients,
+    parallel_gradients,
+)
+from electra_tf.pretraining.losses import electra_loss
 from electra_tf.pretraining.masking import (
     CLS_ID,
     MASK_ID,
     SEP_ID,
     candidates_mask,
     mask_inputs,
-    num_masked_slots,
 )
+from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
 from electra_tf.pretraining.sampling import (
     gather_positions,
     gumbel_sample,
@@ -37,20 +37,14 @@ from electra_tf.pretraining.sampling import (
 class ElectraPretrainer(keras.Model):
     """ELECTRA pre-training: mask -> generator (MLM) -> sample -> discriminator (RTD).
 
-    Networks, as the original for each setting of the config:
-    - default: a small generator (`config.generator_config()`, scope `generator`) that shares
-      the discriminator's whole embedding block, with its own `embeddings_project`;
-    - `untied_generator_embeddings`: the generator has its own embeddings (`generator/...`);
-    - `untied_generator=False`: generator and discriminator are the same network;
-    - `uniform_generator`: no generator network; logits are zeros (uniform samples);
-    - `electra_objective=False`: the BERT baseline, a full-size masked LM and no discriminator;
-    - `two_tower_generator` (forced by `electric_objective`): the generator is a two-tower
-      cloze model (`generator_ltr`, `generator_rtl`, head `cloze_predictions`) run on the
-      UNMASKED input; it is trained by the cloze loss over every masking candidate, and the
-      samples come from its logits at the masked slots;
-    - `electric_objective`: Electric. The discriminator's output is an energy; its logit is
-      energy + stop_gradient(log q(token)) + log(mask_prob / (1 - mask_prob)), q the cloze
-      model, and every scattered-into position is labelled fake (see `electric.py`).
+    The networks (`PretrainingNetworks`: discriminator, generator, heads) are built by
+    `build_networks(config, ...)`, as the original for each setting of the config (see
+    `networks.py`); the pretrainer runs them. With the two-tower generator (forced by
+    `electric_objective`) the generator is a cloze model run on the UNMASKED input, trained by
+    the cloze loss over every masking candidate, and the samples come from its logits at the
+    masked slots. With `electric_objective` (Electric) the discriminator's output is an energy;
+    its logit is energy + stop_gradient(log q(token)) + log(mask_prob / (1 - mask_prob)), q
+    the cloze model, and every scattered-into position is labelled fake (see `electric.py`).
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
@@ -63,9 +57,14 @@ class ElectraPretrainer(keras.Model):
     `disc_logits` / `disc_labels` / `disc_losses` but `corrupted_mlm_logits`, (all tokens)
     `copy_logits`, and the `corrupted_mlm_*` of `ablations.corrupted_mlm_loss`.
 
+    Training (`train_update`, Keras's `train_step`) takes the gradient one of three ways
+    (`gradients.py`: whole batch, accumulated, parallel micro-batches) and applies it once.
+
     Args:
         config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
             the dtype policy of every layer.
+        networks: the networks to train, `build_networks(config, ...)`'s; None builds them
+            with this model's dtype policy.
         cls_id, sep_id, mask_id: the vocabulary's [CLS], [SEP] and [MASK] ids.
 
     Call args:
@@ -87,11 +86,16 @@ class ElectraPretrainer(keras.Model):
     def __init__(
         self,
         config: PretrainingConfig,
+        networks: PretrainingNetworks | None = None,
         cls_id: int = CLS_ID,
         sep_id: int = SEP_ID,
         mask_id: int = MASK_ID,
         **kwargs,
     ):
+        if networks is not None and not isinstance(networks, PretrainingNetworks):
+            # The special ids came second before `networks` did: a positional caller gets
+            # this error, not networks made of ints.
+            raise TypeError(f"networks: a PretrainingNetworks, not {type(networks).__name__}")
         kwargs.setdefault("name", "electra_pretrainer")
         kwargs.setdefault("dtype", config.precision)
         super().__init__(**kwargs)
@@ -99,60 +103,21 @@ class ElectraPretrainer(keras.Model):
             config = config.resolve()
         self.config = config
         self.special_ids = {"cls_id": cls_id, "sep_id": sep_id, "mask_id": mask_id}
-        for key, value in self.special_ids.items():
-            if not 0 <= value < config.vocab_size:
-                raise ValueError(
-                    f"{key} {value} is outside the vocabulary (vocab_size "
-                    f"{config.vocab_size}): pass the vocabulary's special ids"
-                )
-        policy = self.dtype_policy
-        disc_config = config.discriminator_config()
-        self.discriminator = TransformerEncoder(disc_config, name="discriminator", dtype=policy)
-        # Validated by config.resolve(): the two-tower generator comes with an untied,
-        # non-uniform generator and a discriminator.
-        self.two_tower = config.two_tower_generator
-        self.separate_generator = (
-            config.has_discriminator
-            and config.untied_generator
-            and not config.uniform_generator
-            and not self.two_tower
-        )
-        self.cloze_head = None
-        if config.uniform_generator:
-            self.generator = None
-        elif self.two_tower:
-            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
-            self.generator = TwoTowerClozeTransformer(
-                config.generator_config(), shared, name="two_tower_cloze", dtype=policy
-            )
-            # The original's `get_token_logits` under `cloze_predictions`, tied to the ltr table.
-            self.cloze_head = GeneratorHead(
-                self.generator.config,
-                self.generator.embeddings,
-                input_width=self.generator.output_width,
-                name="cloze_predictions",
-                dtype=policy,
-            )
-        elif self.separate_generator:
-            shared = None if config.untied_generator_embeddings else self.discriminator.embeddings
-            self.generator = TransformerEncoder(
-                config.generator_config(), embeddings=shared, name="generator", dtype=policy
-            )
-        else:
-            # The original builds this "generator" in the discriminator's scope: same weights.
-            self.generator = self.discriminator
-        self.generator_head = None
-        if self.generator is not None and not self.two_tower:
-            self.generator_head = GeneratorHead(
-                self.generator.config, self.generator.embeddings, dtype=policy
-            )
-        # Replace MLM / All-Tokens MLM: masked-LM heads where the replaced-token head would be.
-        self.corrupted_mlm_head = ablations.build_corrupted_mlm_head(
-            config, disc_config, self.discriminator.embeddings, policy
-        )
-        self.discriminator_head = None
-        if config.has_discriminator and self.corrupted_mlm_head is None:
-            self.discriminator_head = DiscriminatorHead(disc_config, dtype=policy)
+        _check_special_ids(self.special_ids, config.vocab_size)
+        if networks is None:
+            networks = build_networks(config, self.dtype_policy)
+        networks.check_matches(config)
+        self.two_tower = networks.two_tower
+        self.separate_generator = networks.separate_generator
+        # Keras tracks layers in the order they are assigned: this order fixes the order of
+        # `trainable_variables` (and of the optimizer's slots), the attribute names the
+        # checkpoint's object paths.
+        self.discriminator = networks.discriminator
+        self.generator = networks.generator
+        self.cloze_head = networks.cloze_head
+        self.generator_head = networks.generator_head
+        self.corrupted_mlm_head = networks.corrupted_mlm_head
+        self.discriminator_head = networks.discriminator_head
         self.rng = tf.random.Generator.from_seed(config.seed)
         self._trackers = ablations.pretraining_metrics(config)
 
@@ -162,12 +127,20 @@ class ElectraPretrainer(keras.Model):
 
     # ------------------------------------------------------------------ forward pass
     def call(self, inputs, training=False):
-        return self._forward(inputs, training)
+        return self.forward(inputs, training)
 
-    def _draw(self, inputs, with_uniform: bool = False) -> dict:
-        """The step's random draws for `inputs`' batch: `masked` (`mask_inputs`' outputs),
-        `sample_seed` and, with `with_uniform` (and a discriminator), the sampler's `uniform`
-        noise [batch, N, vocab], the numbers `gumbel_sample` would draw from that seed."""
+    def draw(self, inputs: dict[str, tf.Tensor], with_uniform: bool = False) -> dict:
+        """The step's random draws for `inputs`' batch, from `self.rng`.
+
+        Args:
+            inputs: dict of int `input_ids`, `input_mask`, each [batch, seq_len].
+            with_uniform: also draw the sampler's noise now (for slicing it per micro-batch).
+
+        Returns:
+            dict: `masked` (`mask_inputs`' outputs), `sample_seed` [2] and, with
+            `with_uniform` (and a discriminator), the sampler's `uniform` noise
+            [batch, N, vocab], the numbers `gumbel_sample` would draw from that seed.
+        """
         config = self.config
         seeds = self.rng.make_seeds(2)  # [2, 2]: one stateless seed per random step
         masked = mask_inputs(
@@ -186,30 +159,33 @@ class ElectraPretrainer(keras.Model):
             draws["uniform"] = gumbel_uniform(shape, seeds[:, 1])
         return draws
 
-    def _forward(self, inputs, training, denominators=None, draws=None):
-        """The forward pass; `denominators` as `electra_loss`'s (gradient accumulation);
-        `draws` (`_draw`'s, or a slice of a larger batch's) instead of drawing anew."""
-        config = self.config
+    def forward(self, inputs, training, denominators=None, draws=None) -> dict:
+        """The forward pass and the losses (`call`'s outputs, see the class docstring).
+
+        Args:
+            inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
+            training: enables dropout.
+            denominators: the losses' denominators, as `electra_loss`'s (a micro-batch's
+                share of a larger batch: `gradients.whole_batch_denominators`); None: this
+                batch's own.
+            draws: `draw`'s (or a slice of a larger batch's) instead of drawing anew.
+        """
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
         input_mask = tf.cast(inputs["input_mask"], tf.int32)
         segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
         if draws is None:
-            draws = self._draw(inputs)
+            draws = self.draw(inputs)
         masked = draws["masked"]
         outputs = dict(masked)
-        cloze = None
         if self.two_tower:
             outputs.update(self._cloze_outputs(input_ids, input_mask, segment_ids, training))
-            cloze = (outputs["cloze_logits"], input_ids, outputs["cloze_weights"])
             # [batch, N, vocab]: the cloze distributions at the masked slots are what the
             # generator samples from (the original's mlm_output for the two-tower generator).
             mlm_logits = gather_positions(outputs["cloze_logits"], masked["masked_lm_positions"])
         else:
             mlm_logits = self._generator_logits(masked, input_mask, segment_ids, training)
         outputs["mlm_logits"] = mlm_logits
-
-        disc_logits = disc_labels = None
-        if config.has_discriminator:
+        if self.config.has_discriminator:
             outputs.update(
                 self._discriminate(
                     mlm_logits,
@@ -223,29 +199,40 @@ class ElectraPretrainer(keras.Model):
                     uniform=draws.get("uniform"),
                 )
             )
-            disc_logits, disc_labels = outputs.get("disc_logits"), outputs.get("disc_labels")
+        outputs.update(self._loss_outputs(outputs, input_ids, input_mask, denominators))
+        return outputs
+
+    def _loss_outputs(self, outputs, input_ids, input_mask, denominators) -> dict:
+        """`electra_loss`'s outputs (and a masked-LM ablation's) for the forward's `outputs`
+        so far: masking, `mlm_logits` [batch, N, vocab], with a discriminator its outputs,
+        with the two-tower generator `cloze_logits` [batch, seq_len, vocab], `cloze_weights`.
+        `input_ids`, `input_mask` [batch, seq_len]; `denominators` as `forward`'s."""
+        config = self.config
+        cloze = None
+        if self.two_tower:
+            cloze = (outputs["cloze_logits"], input_ids, outputs["cloze_weights"])
         disc_weights, disc_denominators = ablations.discriminator_weighting(
-            config, masked["masked_lm_positions"], input_mask, denominators
+            config, outputs["masked_lm_positions"], input_mask, denominators
         )
-        outputs.update(
-            electra_loss(
-                mlm_logits,
-                masked["masked_lm_ids"],
-                masked["masked_lm_weights"],
-                disc_logits,
-                disc_labels,
-                disc_weights,
-                gen_weight=config.gen_weight,
-                disc_weight=config.disc_weight,
-                denominators=disc_denominators,
-                cloze=cloze,
-            )
+        losses = electra_loss(
+            outputs["mlm_logits"],
+            outputs["masked_lm_ids"],
+            outputs["masked_lm_weights"],
+            outputs.get("disc_logits"),
+            outputs.get("disc_labels"),
+            disc_weights,
+            gen_weight=config.gen_weight,
+            disc_weight=config.disc_weight,
+            denominators=disc_denominators,
+            cloze=cloze,
         )
         if self.corrupted_mlm_head is not None:
-            outputs.update(
-                ablations.corrupted_mlm_loss(config, outputs, input_ids, input_mask, denominators)
+            losses.update(
+                ablations.corrupted_mlm_loss(
+                    config, {**outputs, **losses}, input_ids, input_mask, denominators
+                )
             )
-        return outputs
+        return losses
 
     def _cloze_outputs(self, input_ids, input_mask, segment_ids, training):
         """The two-tower generator on the UNMASKED input (`_get_cloze_outputs`): float32
@@ -333,15 +320,8 @@ class ElectraPretrainer(keras.Model):
     # ------------------------------------------------------------------ training
     @property
     def metrics(self):
-        return self._trackers.metrics(with_learning_rate=self._learning_rate_schedule() is not None)
-
-    def _learning_rate_schedule(self):
-        optimizer = getattr(self, "optimizer", None)
-        optimizer = getattr(optimizer, "inner_optimizer", optimizer)
-        schedule = getattr(optimizer, "_learning_rate", None)
-        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-            return schedule
-        return None
+        schedule = learning_rate_schedule(getattr(self, "optimizer", None))
+        return self._trackers.metrics(with_learning_rate=schedule is not None)
 
     @no_autograph
     def train_step(self, data):
@@ -355,19 +335,18 @@ class ElectraPretrainer(keras.Model):
         metrics: under tf.distribute every read is a cross-replica reduction, so the training
         loop calls this and reads the metrics once per logging period.
 
-        With `gradient_accumulation_steps` k > 1 the batch is cut into k micro-batches that run
-        one after another (a `tf.while_loop`, so only one micro-batch's activations are alive),
-        their gradients summed, and the optimizer applied once. Each micro-batch's losses divide
-        by the WHOLE batch's denominators (the masked-slot count is known before masking), so
-        the applied gradient is the one-pass gradient of the same corrupted batch.
+        The gradient comes from `gradients.py`: with `parallel_micro_batches` k > 1 the sum
+        of k micro-batches' run side by side, with `gradient_accumulation_steps` k > 1 the
+        sum of k micro-batches' run one after another, else the whole batch's in one pass;
+        the optimizer applies it once. The split forms give the one-pass gradient of the
+        same corrupted batch (each micro-batch divides by the whole batch's denominators).
 
-        With `parallel_micro_batches` k > 1 the same arithmetic runs on k micro-batches that
-        are independent ops in one graph (no loop): an executor with k inter-op threads runs
-        them side by side, which on a CPU with single-threaded kernels keeps every core busy.
+        Args:
+            data: the inputs dict (`call`'s), or a tuple whose first item it is.
         """
         inputs = data[0] if isinstance(data, tuple) else data
         optimizer = self.optimizer
-        schedule = self._learning_rate_schedule()
+        schedule = learning_rate_schedule(optimizer)
         if schedule is not None:
             # The rate this step uses (before apply_gradients advances `iterations`).
             self._trackers.update_learning_rate(schedule(optimizer.iterations))
@@ -375,121 +354,30 @@ class ElectraPretrainer(keras.Model):
         steps = self.config.gradient_accumulation_steps
         parts = self.config.parallel_micro_batches
         if parts > 1:
-            gradients = self._parallel_gradients(inputs, variables, parts)
+            gradients = parallel_gradients(self, inputs, variables, parts)
         elif steps == 1:
-            gradients, outputs = self._gradients(inputs, variables)
-            self._update_metrics(outputs, inputs)
+            gradients, outputs = loss_gradients(self, inputs, variables)
+            self.update_metrics(outputs, inputs)
         else:
-            gradients = self._accumulated_gradients(inputs, variables, steps)
+            gradients = accumulated_gradients(self, inputs, variables, steps)
         optimizer.apply_gradients(zip(gradients, variables, strict=True))
-
-    def _gradients(self, inputs, variables, denominators=None, draws=None):
-        optimizer = self.optimizer
-        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
-        with tf.GradientTape() as tape:
-            outputs = self._forward(inputs, True, denominators=denominators, draws=draws)
-            loss = outputs["loss"]
-            if scaling:
-                loss = optimizer.get_scaled_loss(loss)
-        gradients = tape.gradient(loss, variables)
-        if scaling:
-            gradients = optimizer.get_unscaled_gradients(gradients)
-        return gradients, outputs
-
-    def _whole_batch_denominators(self, inputs, parts: int) -> tuple[tf.Tensor, ...]:
-        """The losses' denominators over the whole batch (and all replicas), for `parts`
-        micro-batches that each see a share of it; checks that `parts` divides the batch."""
-        config = self.config
-        batch = tf.shape(inputs["input_ids"])[0]
-        tf.debugging.assert_equal(
-            batch % parts,
-            0,
-            message=f"{parts} micro-batches must divide the per-replica batch",
-        )
-        denominators = (
-            replica_sum(
-                num_masked_slots(
-                    inputs["input_ids"],
-                    inputs["input_mask"],
-                    config.max_predictions_per_seq,
-                    config.mask_prob,
-                    with_replacement=config.mask_positions_with_replacement,
-                    **self.special_ids,
-                )
-            ),
-            replica_sum(tf.reduce_sum(tf.cast(inputs["input_mask"], tf.float32))),
-        )
-        if self.two_tower:
-            # The cloze loss's denominator: the whole batch's masking candidates.
-            candidates = candidates_mask(
-                inputs["input_ids"], inputs["input_mask"], **self.special_ids
-            )
-            denominators += (replica_sum(tf.reduce_sum(tf.cast(candidates, tf.float32))),)
-        return denominators
-
-    def _parallel_gradients(self, inputs, variables, parts):
-        denominators = self._whole_batch_denominators(inputs, parts)
-        # The masking and the sampler's noise are drawn once for the whole batch and sliced:
-        # the corrupted batch, and so the update, are the one-pass step's from the same state
-        # of `self.rng` (dropout aside, which each part draws itself).
-        draws = self._draw(inputs, with_uniform=True)
-        size = tf.shape(inputs["input_ids"])[0] // parts
-        sums = None
-        for index in range(parts):
-            rows = slice(index * size, (index + 1) * size)
-            part = {key: value[rows] for key, value in inputs.items()}
-            part_draws = {
-                "masked": {key: value[rows] for key, value in draws["masked"].items()},
-                "sample_seed": draws["sample_seed"],
-            }
-            if "uniform" in draws:
-                part_draws["uniform"] = draws["uniform"][rows]
-            gradients, outputs = self._gradients(part, variables, denominators, part_draws)
-            # Each part's loss is its share of the batch loss: scale so the Mean is the total.
-            self._update_metrics(outputs, part, parts=parts)
-            # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
-            gradients = [None if g is None else tf.convert_to_tensor(g) for g in gradients]
-            if sums is None:
-                sums = gradients
-            else:
-                sums = [
-                    grad if total is None else total if grad is None else total + grad
-                    for total, grad in zip(sums, gradients, strict=True)
-                ]
-        return sums
-
-    def _accumulated_gradients(self, inputs, variables, steps):
-        batch = tf.shape(inputs["input_ids"])[0]
-        denominators = self._whole_batch_denominators(inputs, steps)
-        # [steps, batch / steps, ...] per feature.
-        micro = {
-            key: tf.reshape(value, tf.concat([[steps, batch // steps], tf.shape(value)[1:]], 0))
-            for key, value in inputs.items()
-        }
-
-        def body(index, sums):
-            part = {key: value[index] for key, value in micro.items()}
-            gradients, outputs = self._gradients(part, variables, denominators)
-            # Each part's loss is its share of the batch loss: scale so the Mean is the total.
-            self._update_metrics(outputs, part, parts=steps)
-            sums = [
-                total if grad is None else total + tf.convert_to_tensor(grad)
-                for total, grad in zip(sums, gradients, strict=True)
-            ]
-            return index + 1, sums
-
-        zeros = [tf.zeros_like(variable) for variable in variables]
-        _, sums = tf.while_loop(lambda index, _: index < steps, body, (tf.constant(0), zeros))
-        return sums
 
     @no_autograph
     def test_step(self, data):
         inputs = data[0] if isinstance(data, tuple) else data
-        self._update_metrics(self(inputs, training=False), inputs)
+        self.update_metrics(self(inputs, training=False), inputs)
         # Evaluation does not step the schedule: no learning rate.
         return {m.name: m.result() for m in self.metrics if m.name != "learning_rate"}
 
-    def _update_metrics(self, outputs, inputs, parts=1):
+    def update_metrics(self, outputs, inputs, parts: int = 1) -> None:
+        """Adds one forward pass's `outputs` to the metrics.
+
+        Args:
+            outputs: `forward`'s outputs.
+            inputs: the inputs it ran on (their `input_mask` [batch, seq_len]).
+            parts: how many such passes make up the step's batch: each scalar loss is
+                weighted so that the Mean over a step is the batch's loss.
+        """
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
         self._trackers.update(outputs, inputs["input_mask"], replicas * parts)
 
@@ -521,3 +409,13 @@ class ElectraPretrainer(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         return cls(PretrainingConfig(**config.pop("config")), **config)
+
+
+def _check_special_ids(special_ids: dict[str, int], vocab_size: int) -> None:
+    """Raises ValueError for an id outside the vocabulary (the defaults are BERT's)."""
+    for key, value in special_ids.items():
+        if not 0 <= value < vocab_size:
+            raise ValueError(
+                f"{key} {value} is outside the vocabulary (vocab_size "
+                f"{vocab_size}): pass the vocabulary's special ids"
+            )

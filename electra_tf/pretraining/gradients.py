@@ -1,0 +1,215 @@
+"""The gradient of one pre-training step, three ways: whole batch, accumulated, parallel.
+
+`ElectraPretrainer.train_update` picks one from the config and applies the result once:
+
+- `loss_gradients`: one forward and backward pass over the batch (and the step's metrics are
+  the caller's to update);
+- `accumulated_gradients` (`gradient_accumulation_steps` k > 1): k micro-batches one after
+  another in a `tf.while_loop`, so only one micro-batch's activations are alive at a time;
+- `parallel_gradients` (`parallel_micro_batches` k > 1): k micro-batches as independent ops of
+  one graph, which an executor with k inter-op threads runs side by side.
+
+In both split forms each micro-batch's losses divide by the WHOLE batch's denominators
+(`whole_batch_denominators`: the masked-slot count is known before masking), so the summed
+gradient is the one-pass gradient of the same corrupted batch.
+
+Every function takes the pretrainer `model` explicitly and uses its `forward`, `draw`,
+`update_metrics`, `config`, `special_ids`, `two_tower` and `optimizer`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.pretraining.losses import replica_sum
+from electra_tf.pretraining.masking import candidates_mask, num_masked_slots
+
+if TYPE_CHECKING:
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+
+def loss_gradients(
+    model: ElectraPretrainer,
+    inputs: dict[str, tf.Tensor],
+    variables: list[tf.Variable],
+    denominators: tuple[tf.Tensor, ...] | None = None,
+    draws: dict | None = None,
+) -> tuple[list, dict[str, tf.Tensor]]:
+    """The gradient of `model`'s training loss on `inputs`, and the forward's outputs.
+
+    Under a `LossScaleOptimizer` the loss is scaled before the backward pass (float16
+    gradients would underflow otherwise) and the gradients unscaled after.
+
+    Args:
+        model: the pretrainer; its `optimizer` decides the loss scaling.
+        inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
+        variables: the variables to differentiate with respect to.
+        denominators: the losses' whole-batch denominators (`whole_batch_denominators`), or
+            None for `inputs`' own.
+        draws: the masking and sampling draws (`model.draw`'s, or a slice of them), or None
+            to draw anew.
+
+    Returns:
+        (one gradient per variable, None where the loss does not depend on it; `model.forward`'s
+        outputs).
+    """
+    optimizer = model.optimizer
+    scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+    with tf.GradientTape() as tape:
+        outputs = model.forward(inputs, True, denominators=denominators, draws=draws)
+        loss = outputs["loss"]
+        if scaling:
+            loss = optimizer.get_scaled_loss(loss)
+    gradients = tape.gradient(loss, variables)
+    if scaling:
+        gradients = optimizer.get_unscaled_gradients(gradients)
+    return gradients, outputs
+
+
+def whole_batch_denominators(
+    model: ElectraPretrainer, inputs: dict[str, tf.Tensor], parts: int
+) -> tuple[tf.Tensor, ...]:
+    """The losses' denominators over the whole batch (and all replicas), for `parts`
+    micro-batches that each see a share of it; checks that `parts` divides the batch.
+
+    Args:
+        model: the pretrainer (its `config`, `special_ids` and `two_tower`).
+        inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len].
+        parts: the number of micro-batches.
+
+    Returns:
+        float32 scalars: (masked-slot count, real-token count), and with the two-tower
+        generator the masking-candidate count (the cloze loss's), as `electra_loss` takes them.
+    """
+    config = model.config
+    batch = tf.shape(inputs["input_ids"])[0]
+    tf.debugging.assert_equal(
+        batch % parts,
+        0,
+        message=f"{parts} micro-batches must divide the per-replica batch",
+    )
+    denominators = (
+        replica_sum(
+            num_masked_slots(
+                inputs["input_ids"],
+                inputs["input_mask"],
+                config.max_predictions_per_seq,
+                config.mask_prob,
+                with_replacement=config.mask_positions_with_replacement,
+                **model.special_ids,
+            )
+        ),
+        replica_sum(tf.reduce_sum(tf.cast(inputs["input_mask"], tf.float32))),
+    )
+    if model.two_tower:
+        # The cloze loss's denominator: the whole batch's masking candidates.
+        candidates = candidates_mask(inputs["input_ids"], inputs["input_mask"], **model.special_ids)
+        denominators += (replica_sum(tf.reduce_sum(tf.cast(candidates, tf.float32))),)
+    return denominators
+
+
+def parallel_gradients(
+    model: ElectraPretrainer,
+    inputs: dict[str, tf.Tensor],
+    variables: list[tf.Variable],
+    parts: int,
+) -> list:
+    """The batch's gradient as the sum of `parts` micro-batches' that are independent ops (no
+    loop), updating `model`'s metrics with each.
+
+    Args:
+        model: the pretrainer.
+        inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len];
+            `parts` must divide batch.
+        variables: the variables to differentiate with respect to.
+        parts: the number of micro-batches.
+
+    Returns:
+        One dense gradient per variable (None where no part's loss depends on it).
+    """
+    denominators = whole_batch_denominators(model, inputs, parts)
+    # The masking and the sampler's noise are drawn once for the whole batch and sliced:
+    # the corrupted batch, and so the update, are the one-pass step's from the same state
+    # of `model.rng` (dropout aside, which each part draws itself).
+    draws = model.draw(inputs, with_uniform=True)
+    size = tf.shape(inputs["input_ids"])[0] // parts
+    sums = None
+    for index in range(parts):
+        rows = slice(index * size, (index + 1) * size)
+        part = {key: value[rows] for key, value in inputs.items()}
+        gradients, outputs = loss_gradients(
+            model, part, variables, denominators, _slice_draws(draws, rows)
+        )
+        # Each part's loss is its share of the batch loss: scale so the Mean is the total.
+        model.update_metrics(outputs, part, parts=parts)
+        # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
+        gradients = [None if g is None else tf.convert_to_tensor(g) for g in gradients]
+        if sums is None:
+            sums = gradients
+        else:
+            sums = [
+                grad if total is None else total if grad is None else total + grad
+                for total, grad in zip(sums, gradients, strict=True)
+            ]
+    return sums
+
+
+def _slice_draws(draws: dict, rows: slice) -> dict:
+    """`rows` of the batch's draws: the masking and the sampler's noise [batch, N, vocab] are
+    per example; the sampler's seed is the batch's."""
+    part_draws = {
+        "masked": {key: value[rows] for key, value in draws["masked"].items()},
+        "sample_seed": draws["sample_seed"],
+    }
+    if "uniform" in draws:
+        part_draws["uniform"] = draws["uniform"][rows]
+    return part_draws
+
+
+def accumulated_gradients(
+    model: ElectraPretrainer,
+    inputs: dict[str, tf.Tensor],
+    variables: list[tf.Variable],
+    steps: int,
+) -> list:
+    """The batch's gradient as the sum of `steps` micro-batches' run one after another (a
+    `tf.while_loop`), updating `model`'s metrics with each.
+
+    Each micro-batch draws its own masking and samples from `model.rng` (unlike
+    `parallel_gradients`, which slices one draw).
+
+    Args:
+        model: the pretrainer.
+        inputs: dict of int `input_ids`, `input_mask`, `segment_ids`, each [batch, seq_len];
+            `steps` must divide batch.
+        variables: the variables to differentiate with respect to.
+        steps: the number of micro-batches.
+
+    Returns:
+        One dense gradient per variable (zeros where the loss does not depend on it).
+    """
+    batch = tf.shape(inputs["input_ids"])[0]
+    denominators = whole_batch_denominators(model, inputs, steps)
+    # [steps, batch / steps, ...] per feature.
+    micro = {
+        key: tf.reshape(value, tf.concat([[steps, batch // steps], tf.shape(value)[1:]], 0))
+        for key, value in inputs.items()
+    }
+
+    def body(index, sums):
+        part = {key: value[index] for key, value in micro.items()}
+        gradients, outputs = loss_gradients(model, part, variables, denominators)
+        # Each part's loss is its share of the batch loss: scale so the Mean is the total.
+        model.update_metrics(outputs, part, parts=steps)
+        sums = [
+            total if grad is None else total + tf.convert_to_tensor(grad)
+            for total, grad in zip(sums, gradients, strict=True)
+        ]
+        return index + 1, sums
+
+    zeros = [tf.zeros_like(variable) for variable in variables]
+    _, sums = tf.while_loop(lambda index, _: index < steps, body, (tf.constant(0), zeros))
+    return sums
