@@ -25,13 +25,12 @@ def special_token_ids(config: PretrainingConfig) -> dict[str, int]:
 
 
 def build_model(config: PretrainingConfig) -> keras.Model:
-    """The pretrainer with every variable created (call under the strategy's scope)."""
+    """The pretrainer with every variable created (call under the strategy's scope): its
+    networks come from the one factory, `build_networks`, and are handed to it."""
+    from electra_tf.pretraining.networks import build_networks
     from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
-    model = ElectraPretrainer(config, **special_token_ids(config))
-    if hasattr(model, "build_variables"):
-        model.build_variables()
-    return model
+    return ElectraPretrainer(config, build_networks(config), **special_token_ids(config))
 
 
 def generator_lr_multipliers(
