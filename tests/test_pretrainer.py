@@ -6,9 +6,9 @@ import tensorflow as tf
 import tf_keras as keras
 from pretrainer_fixtures import CLS, SEP, SPECIAL_IDS, tiny_batch, tiny_config
 
-from electra_tf.pretraining import loop
 from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.runs.pretraining_model import build_optimizer
 
 EXPECTED_METRICS = {
     "loss",
@@ -192,7 +192,7 @@ def test_learning_rate_metric_reads_the_schedule_through_a_loss_scale_wrapper(pr
         precision=precision, num_train_steps=10, num_warmup_steps=0, learning_rate=1e-3
     )
     model = ElectraPretrainer(config, **SPECIAL_IDS)
-    optimizer = loop.build_optimizer(config, model)  # fp16: wrapped in a LossScaleOptimizer
+    optimizer = build_optimizer(config, model)  # fp16: wrapped in a LossScaleOptimizer
     scaled = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
     assert scaled == (precision == "mixed_float16")
     model.compile(optimizer=optimizer)

@@ -19,16 +19,15 @@ Every function takes the pretrainer `model` explicitly and uses its `forward`, `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.pretraining.losses import replica_sum
 from electra_tf.pretraining.masking import candidates_mask, num_masked_slots
 
-if TYPE_CHECKING:
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+# The model is an `ElectraPretrainer` (its `forward`, `draw`, `config`); typed as a Keras model
+# so that this module, which the pretrainer imports, does not import it back.
+ElectraPretrainer = keras.Model
 
 
 def loss_gradients(
