@@ -30,8 +30,8 @@ MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 # network on the corrupted input). The last two train the full-size network as a masked LM
 # instead of a replaced-token detector.
 # Serving exports: groups of positions the encoder runs side by side (`ServingModule`). Two
-# fills this 2-core machine's cores with single-threaded kernels (bench/README.md, "Serving
-# latency"); `--query-blocks` changes it.
+# fills this 2-core machine's cores with single-threaded kernels (docs/serving.md, thread
+# settings); `--query-blocks` changes it.
 DEFAULT_QUERY_BLOCKS = 2
 OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
@@ -286,7 +286,7 @@ class PretrainingConfig:
     # The generator's own weights (not the shared embeddings) start from a truncated normal of
     # this stddev (ours; None: the encoder's initializer_range, as the original). A larger range
     # lets a tiny generator find word order sooner while the discriminator keeps the 0.02 it
-    # fine-tunes from (bench/README.md, the fifth round of #12).
+    # fine-tunes from (docs/pretraining-at-small-scale.md).
     generator_initializer_range: float | None = None
     disallow_correct: bool = False  # never sample the original token
     temperature: float = 1.0

@@ -11,7 +11,7 @@ The choices come from `make bench` measurements (README section "Speed"):
 - XLA: off on CPU, where it was slower for this model (both for this project and for Model
   Garden); on for GPU/TPU, where fused kernels are the usual win.
 - Parallel micro-batches: 2 on a CPU-only machine with 2 or more cores, where two halves of
-  the batch side by side were 3-19% faster than one pass (2-core AMD EPYC, float32, issue #16);
+  the batch side by side were 3-19% faster than one pass (2-core AMD EPYC, float32);
   and there, where the machine has exactly as many cores as micro-batches, one intra-op and k
   inter-op threads (each half single-threaded on its own core). Machines with more cores keep
   TensorFlow's thread pools: unmeasured.

@@ -44,7 +44,7 @@ def load_vocab(path: str, required: tuple[str, ...] = SPECIAL_TOKENS) -> dict[st
     Raises:
       VocabError: the file is missing, empty, not UTF-8 text (a binary file), repeats a token,
         or lacks one of `required`; the message names
-        the token and the file (the original died with `KeyError: '[UNK]'`, issue #8).
+        the token and the file (the original died with `KeyError: '[UNK]'`).
     """
     if os.path.isdir(path):
         raise VocabError(f"vocabulary file {path} is a folder; give the vocab.txt inside it")

@@ -4,7 +4,7 @@ The original (`tf.nn.dropout`, TF1 and TF2 alike) draws a float32 uniform u per 
 keeps it where u >= rate, scaled by 1 / (1 - rate). TensorFlow builds u from the low 23 bits m
 of one 32-bit Philox word, u = m / 2^23, so an element is kept exactly when
 m >= ceil(rate * 2^23) =: K. Random bits are most of dropout's cost on a CPU (8.5% of the
-CPU time of the ELECTRA-Small train step, issue #16), and only 24 of each 32 are needed to
+CPU time of the ELECTRA-Small train step), and only 24 of each 32 are needed to
 make that decision with the same probability: with v uniform on 24 bits, P(v >= 2K) =
 P(m >= K).
 

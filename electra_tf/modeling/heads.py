@@ -79,7 +79,7 @@ class GeneratorHead(keras.layers.Layer):
         table = tf.cast(self.embeddings.word_embeddings, hidden.dtype)  # [vocab, width]
         # One MatMul against the transposed table on [rows, width], the bias added by BiasAdd,
         # which Grappler fuses into it: with its two gradient products 10-20% faster than the
-        # einsum over [batch, num_masked, width] (issue #16; bench/fusion_micro.py), the same
+        # einsum over [batch, num_masked, width] (bench/fusion_micro.py), the same
         # values.
         shape = tf.shape(hidden)
         rows = tf.reshape(hidden, [-1, shape[-1]])

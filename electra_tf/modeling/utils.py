@@ -132,7 +132,7 @@ def apply_layer_norm(
 
 
 def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsilon: float):
-    """LayerNorm over the last axis with its gradient written out (issue #16).
+    """LayerNorm over the last axis with its gradient written out.
 
     The same function as the Keras layer (mean, then the variance of the centred values, so the
     same two-pass accuracy), but automatic differentiation of the layer's eight forward ops
@@ -187,7 +187,7 @@ def _gelu_train(x: tf.Tensor):
     """x * Phi(x) (the exact GELU) in the original's form, 0.5 * (1 + erf(x / sqrt(2))), with
     its derivative Phi(x) + x * phi(x) written out. erf is one vectorised pass where the erfc
     of the Keras form takes twice as long; phi's exp(-t * t) reuses t = x / sqrt(2) and is one
-    composed unary op after Grappler: five passes each way (issue #16)."""
+    composed unary op after Grappler: five passes each way."""
     with tf.name_scope("gelu_train"):
         t = x * tf.cast(_SQRT_HALF, x.dtype)
         cdf = 0.5 * (1.0 + tf.math.erf(t))

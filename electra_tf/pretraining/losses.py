@@ -44,8 +44,8 @@ def _row_cross_entropy(logits: tf.Tensor, target_ids: tf.Tensor):
 
     The same numbers as `tf.nn.sparse_softmax_cross_entropy_with_logits` (and the original's
     -sum(log_softmax * one_hot)), computed around one softmax, which oneDNN runs in one pass
-    where the sparse cross-entropy kernel takes twice as long and more (issue #16;
-    `bench/fusion_micro.py`):
+    where the sparse cross-entropy kernel takes twice as long and more
+    (`bench/fusion_micro.py`):
     log-sum-exp = max - log(max softmax), the largest probability being at least 1 / V, so
     its log never underflows; the gradient is softmax - one_hot(target), from the same
     softmax.
