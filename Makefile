@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives parity parity-trajectory clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -33,12 +33,12 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check electra_tf data_prep tests bench
-	$(VENV)/bin/ruff format --check electra_tf data_prep tests bench
+	$(VENV)/bin/ruff check electra_tf data_prep tests bench tools
+	$(VENV)/bin/ruff format --check electra_tf data_prep tests bench tools
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format electra_tf data_prep tests bench
-	$(VENV)/bin/ruff check --fix electra_tf data_prep tests bench
+	$(VENV)/bin/ruff format electra_tf data_prep tests bench tools
+	$(VENV)/bin/ruff check --fix electra_tf data_prep tests bench tools
 
 # With no DATA_DIR, build the embedded default corpus (no download) first; it is reused once built.
 default-data: $(STAMP)
@@ -98,6 +98,16 @@ compare-objectives: $(STAMP) $(if $(DATA_DIR),,default-data)
 	$(PY) bench/compare_objectives.py --data-dir $(RUN_DATA_DIR) --objectives $(OBJECTIVES) \
 		--minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' --parallel $(PARALLEL) \
 		--glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
+
+# Parity with the original google-research/electra code (tools/original_parity/README.md).
+# MIRROR: a git copy of it (git clone --mirror https://github.com/google-research/electra);
+# defaults to $ELECTRA_ORIGINAL_MIRROR. STEPS: trajectory length (default 1000).
+parity: $(STAMP)
+	$(PY) -m tools.original_parity.check $(if $(MIRROR),--mirror $(MIRROR),)
+
+parity-trajectory: $(STAMP)
+	$(PY) -m tools.original_parity.trajectory $(if $(MIRROR),--mirror $(MIRROR),) \
+		$(if $(STEPS),--steps $(STEPS),)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -56,7 +56,9 @@ import types
 import warnings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_MIRROR = os.environ.get("ELECTRA_ORIGINAL_MIRROR", "")  # bare git dir of google-research/electra
+DEFAULT_MIRROR = os.environ.get(
+    "ELECTRA_ORIGINAL_MIRROR", ""
+)  # bare git dir of google-research/electra
 
 # Synthetic vocabulary in BERT's layout.
 VOCAB_SIZE = 200
@@ -200,11 +202,15 @@ def resolve_mirror(mirror: str) -> str:
     """The git directory of a bare mirror or of a clone's work tree; SystemExit (naming how to
     get one) when `mirror` is empty or not a git copy."""
     if not mirror:
-        raise SystemExit(f"ERROR: no --mirror given and ELECTRA_ORIGINAL_MIRROR is not set;\n{MIRROR_HELP}")
+        raise SystemExit(
+            f"ERROR: no --mirror given and ELECTRA_ORIGINAL_MIRROR is not set;\n{MIRROR_HELP}"
+        )
     if os.path.isdir(os.path.join(mirror, ".git")):
         mirror = os.path.join(mirror, ".git")
     if not (os.path.isdir(mirror) and os.path.exists(os.path.join(mirror, "HEAD"))):
-        raise SystemExit(f"ERROR: no git copy of google-research/electra at {mirror!r};\n{MIRROR_HELP}")
+        raise SystemExit(
+            f"ERROR: no git copy of google-research/electra at {mirror!r};\n{MIRROR_HELP}"
+        )
     return mirror
 
 
@@ -246,12 +252,13 @@ def find_build_optimizer():
             continue
     raise SystemExit(
         "ERROR: no build_optimizer(config, model) found in the project (looked in "
-        + ", ".join(BUILD_OPTIMIZER_MODULES) + ")"
+        + ", ".join(BUILD_OPTIMIZER_MODULES)
+        + ")"
     )
+
 
 def project_phase(scen, batch, workdir, args, np, tf):
     """Runs the project: forward + gradients, export, optimizer steps. Returns numpy results."""
-    import importlib
 
     import electra_tf  # the public API survives moves of modules
 
@@ -296,7 +303,9 @@ def project_phase(scen, batch, workdir, args, np, tf):
                     if pos[b, i] == pos[b, j]:
                         dup.append((b, i, j, int(pos[b, i])))
                         if smp[b, i] != smp[b, j]:
-                            dup_diff.append((b, i, j, int(pos[b, i]), int(smp[b, i]), int(smp[b, j])))
+                            dup_diff.append(
+                                (b, i, j, int(pos[b, i]), int(smp[b, i]), int(smp[b, j]))
+                            )
         return dup, dup_diff
 
     # The project has no API to force positions: scan seeds of its masking/sampling RNG.
@@ -323,7 +332,7 @@ def project_phase(scen, batch, workdir, args, np, tf):
     grads = tape.gradient(loss, [vmap[n] for n in names])
     res = {k: v.numpy() for k, v in out.items()}
     res["grads"] = {}
-    for n, g in zip(names, grads):
+    for n, g in zip(names, grads, strict=True):
         if g is None:
             problems.append(f"project: no gradient for {n}")
             g = tf.zeros_like(vmap[n])
@@ -367,17 +376,23 @@ def project_phase(scen, batch, workdir, args, np, tf):
         for n in names:
             vmap[n].assign(w0[n])
         for key, var in slot_map.items():
-            var.assign(random_slots[key] if mode == "random_slots" else np.zeros(var.shape, np.float32))
+            var.assign(
+                random_slots[key] if mode == "random_slots" else np.zeros(var.shape, np.float32)
+            )
         optimizer.iterations.assign(OPT_STEP)
         for metric in model.metrics:
             metric.reset_state()
         model.rng.reset(state)  # the same masking and samples as the forward above
         step_fn(inputs)
         if int(optimizer.iterations.numpy()) != OPT_STEP + 1:
-            problems.append(f"project: iterations after the step = {int(optimizer.iterations.numpy())}")
+            problems.append(
+                f"project: iterations after the step = {int(optimizer.iterations.numpy())}"
+            )
         values = {m.name: float(m.result()) for m in model.metrics}
         step_loss = values.get("loss")
-        if step_loss is None or abs(step_loss - float(res["loss"])) > 1e-5 * abs(float(res["loss"])):
+        if step_loss is None or abs(step_loss - float(res["loss"])) > 1e-5 * abs(
+            float(res["loss"])
+        ):
             problems.append(
                 f"project: train_update's loss {step_loss} != the forward's {float(res['loss'])} "
                 "(not the same draw)"
@@ -604,7 +619,12 @@ def project_draws(orig, draws, on_sample=None):
 def original_phase(scen, batch, proj, orig, workdir, args, np, tf):
     import tensorflow.compat.v1 as v1
 
-    rp, ph, pd, opt_mod = orig.run_pretraining, orig.pretrain_helpers, orig.pretrain_data, orig.optimization
+    rp, ph, pd, opt_mod = (
+        orig.run_pretraining,
+        orig.pretrain_helpers,
+        orig.pretrain_data,
+        orig.optimization,
+    )
     real_mask, real_sample = ph.mask, ph.sample_from_softmax
     hp = dict(BASE_HPARAMS, **scen["hparams"])
     hp["vocab_file"] = os.path.join(workdir, "vocab.txt")
@@ -693,8 +713,11 @@ def original_phase(scen, batch, proj, orig, workdir, args, np, tf):
         if len({id(v) for v in tvars}) != len(tvars):
             raise SystemExit("ERROR: a variable is listed twice in TRAINABLE_VARIABLES")
         grads = v1.gradients(model.total_loss, tvars)
-        dense_grads = [v1.convert_to_tensor(g) if g is not None else v1.zeros_like(v) for g, v in zip(grads, tvars)]
-        missing_grads = [v.name for g, v in zip(grads, tvars) if g is None]
+        dense_grads = [
+            v1.convert_to_tensor(g) if g is not None else v1.zeros_like(v)
+            for g, v in zip(grads, tvars, strict=True)
+        ]
+        missing_grads = [v.name for g, v in zip(grads, tvars, strict=True) if g is None]
         with patched(opt_mod.AdamWeightDecayOptimizer, "apply_gradients", cap_apply):
             # As run_pretraining.model_fn_builder calls it.
             train_op = opt_mod.create_optimizer(
@@ -736,7 +759,7 @@ def original_phase(scen, batch, proj, orig, workdir, args, np, tf):
             "orig_mask_weights": orig_masked.masked_lm_weights,
             "orig_mask_positions": orig_masked.masked_lm_positions,
             "candidates": candidates,
-            "grads": dict(zip(model_vars, dense_grads)),
+            "grads": dict(zip(model_vars, dense_grads, strict=True)),
             "global_step": global_step,
         }
         if "cloze" in captured:  # the two-tower generator (Electric)
@@ -761,7 +784,9 @@ def original_phase(scen, batch, proj, orig, workdir, args, np, tf):
         res["lr"] = float(sess.run(captured["lr"]))
         sess.run(gs_assign, {gs_value: OPT_STEP + 1})  # the schedule one step later
         res["lr_next"] = float(sess.run(captured["lr"]))
-        res["global_norm"] = float(np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in res["grads"].values())))
+        res["global_norm"] = float(
+            np.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in res["grads"].values()))
+        )
         res["post"] = {}
         # "fresh" / "random_slots": the optimizer's update op at global_step = OPT_STEP;
         # "train_op": create_optimizer's whole train op (update + racing step increment).
@@ -807,7 +832,9 @@ class Report:
         ok = diff <= rtol * max(scale, floor)
         self.rows.append((label, diff, scale, diff / scale if scale else 0.0, ok))
         if not ok:
-            self.failures.append(f"{label}: max|diff| {diff:.3e} > {rtol:g} x {max(scale, floor):.3e}")
+            self.failures.append(
+                f"{label}: max|diff| {diff:.3e} > {rtol:g} x {max(scale, floor):.3e}"
+            )
         return diff
 
     def exact(self, label, got, ref):
@@ -848,7 +875,10 @@ def compare(scen, proj, orig, rep, args, np):
         if diffs:
             rep.fail(f"{tag} {which} config", f"project vs original {diffs}")
     if proj["config"]["disc"]["embedding_size"] != orig["embedding_size"]:
-        rep.fail(f"{tag} embedding_size", f"{proj['config']['disc']['embedding_size']} vs {orig['embedding_size']}")
+        rep.fail(
+            f"{tag} embedding_size",
+            f"{proj['config']['disc']['embedding_size']} vs {orig['embedding_size']}",
+        )
     if proj["config"]["max_predictions_per_seq"] != orig["max_predictions_per_seq"]:
         rep.fail(f"{tag} max_predictions_per_seq", "differs")
     # Names.
@@ -872,16 +902,32 @@ def compare(scen, proj, orig, rep, args, np):
                 if w[b, i] > 0 and not cand[b, pos[b, i]]]  # fmt: skip
     if not_cand:
         rep.fail(f"{tag} masked positions", f"not original candidates: {not_cand}")
-    rep.exact(f"{tag} side: original mask() weights", proj["masked_lm_weights"], orig["orig_mask_weights"])
-    rep.exact(f"{tag} side: original mask() positions", proj["masked_lm_positions"], orig["orig_mask_positions"])
-    rep.exact(f"{tag} side: original mask() masked_lm_ids", proj["masked_lm_ids"], orig["orig_mask_ids"])
-    rep.exact(f"{tag} side: original mask() input ids", proj["masked_input_ids"], orig["orig_mask_input_ids"])
+    rep.exact(
+        f"{tag} side: original mask() weights", proj["masked_lm_weights"], orig["orig_mask_weights"]
+    )
+    rep.exact(
+        f"{tag} side: original mask() positions",
+        proj["masked_lm_positions"],
+        orig["orig_mask_positions"],
+    )
+    rep.exact(
+        f"{tag} side: original mask() masked_lm_ids", proj["masked_lm_ids"], orig["orig_mask_ids"]
+    )
+    rep.exact(
+        f"{tag} side: original mask() input ids",
+        proj["masked_input_ids"],
+        orig["orig_mask_input_ids"],
+    )
     # Sampling: first confirm the reproduced noise explains the project's own samples.
     u = proj["gumbel_uniform"].astype(np.float32)
     gumbel = -np.log(-np.log(u + np.float32(1e-9)) + np.float32(1e-9))
     own = np.argmax(proj["mlm_logits"] / 1.0 + gumbel, -1)
     if np.array_equal(own, proj["sampled_ids"]):
-        rep.exact(f"{tag} side: original sample_from_softmax ids", proj["sampled_ids"], orig["orig_sample_ids"])
+        rep.exact(
+            f"{tag} side: original sample_from_softmax ids",
+            proj["sampled_ids"],
+            orig["orig_sample_ids"],
+        )
     else:
         rep.rows.append((f"{tag} side: sampler (noise not reproducible: skipped)", 0, 0, 0, True))
 
@@ -907,7 +953,11 @@ def compare(scen, proj, orig, rep, args, np):
             # The generator's training loss, over every masking candidate of the clean input.
             rep.close(f"{tag} cloze loss", proj["cloze_loss"], orig["cloze_loss"])
             real = proj["_input_mask"].astype(bool)
-            rep.close(f"{tag} cloze logits (real tokens)", proj["cloze_logits"][real], orig["cloze_logits"][real])
+            rep.close(
+                f"{tag} cloze logits (real tokens)",
+                proj["cloze_logits"][real],
+                orig["cloze_logits"][real],
+            )
             # Padding positions: no loss reads them, and there the right-to-left tower's query
             # sees no key, so every score carries the attention mask's -10000 (float32 ulp
             # 2^-10 ~ 1e-3): both sides' softmax weights there are rounding at the 1e-3 level.
@@ -920,7 +970,9 @@ def compare(scen, proj, orig, rep, args, np):
                 proj["cloze_losses"] * orig["cloze_weights"],
                 orig["cloze_per_position"] * orig["cloze_weights"],
             )
-            rep.exact(f"{tag} cloze weights (candidates)", proj["cloze_weights"], orig["cloze_weights"])
+            rep.exact(
+                f"{tag} cloze weights (candidates)", proj["cloze_weights"], orig["cloze_weights"]
+            )
     rep.close(f"{tag} learning rate at step {OPT_STEP}", proj["lr"], orig["lr"], rtol=1e-6)
     rep.close(f"{tag} lr train_update logged", proj["step_lr_fresh"], orig["lr"], rtol=1e-6)
     if orig["global_step_after_train_op"] != OPT_STEP + 1:
@@ -949,7 +1001,9 @@ def compare(scen, proj, orig, rep, args, np):
         if not d <= args.rtol * s and not (d == 0.0):
             rep.failures.append(f"{tag} grad {n}: max|diff| {d:.3e} > {args.rtol:g} x {s:.3e}")
         per_var.setdefault(tag, {})[n] = {"grad_diff": d, "grad_scale": s}
-        g = groups.setdefault(group_of(n), {"n": 0, "grad_diff": 0.0, "grad_scale": 0.0, "grad_rel": 0.0})
+        g = groups.setdefault(
+            group_of(n), {"n": 0, "grad_diff": 0.0, "grad_scale": 0.0, "grad_rel": 0.0}
+        )
         g["n"] += 1
         g["grad_diff"] = max(g["grad_diff"], d)
         g["grad_scale"] = max(g["grad_scale"], s)
@@ -971,11 +1025,21 @@ def compare(scen, proj, orig, rep, args, np):
             g[f"step_{mode}"] = max(g.get(f"step_{mode}", 0.0), step)
             g[f"wrel_{mode}"] = max(g.get(f"wrel_{mode}", 0.0), d / max(step, orig["lr"]))
     # The original's whole train op (informational): which step's learning rate it used.
-    num = sum(float(np.abs(orig["post"]["train_op"][n].astype(np.float64) - proj["w0"][n]).sum()) for n in names)
-    den = sum(float(np.abs(orig["post"]["fresh"][n].astype(np.float64) - proj["w0"][n]).sum()) for n in names)
+    num = sum(
+        float(np.abs(orig["post"]["train_op"][n].astype(np.float64) - proj["w0"][n]).sum())
+        for n in names
+    )
+    den = sum(
+        float(np.abs(orig["post"]["fresh"][n].astype(np.float64) - proj["w0"][n]).sum())
+        for n in names
+    )
     ratio = num / den if den else float("nan")
     diff_full = max(
-        float(np.max(np.abs(orig["post"]["train_op"][n].astype(np.float64) - proj["post"]["fresh"][n])))
+        float(
+            np.max(
+                np.abs(orig["post"]["train_op"][n].astype(np.float64) - proj["post"]["fresh"][n])
+            )
+        )
         for n in names
     )
     race[tag] = {
@@ -1009,10 +1073,12 @@ def print_report(rep, all_groups, meta):
                 f"{g['grad_rel']:9.1e} {g['w_fresh']:9.1e} {g['wrel_fresh']:8.1e} "
                 f"{g['w_random_slots']:9.1e} {g['wrel_random_slots']:8.1e}"
             )
-    log("\n(per group, max over its variables: 'grad diff' max|project - original| of the "
+    log(
+        "\n(per group, max over its variables: 'grad diff' max|project - original| of the "
         "gradient, 'max rel' that over the variable's max|gradient| (a key bias: its layer's key "
         "kernel's); 'w' max|project - original| of the weights after one step from fresh Adam "
-        "slots / from random (identical) slots, 'upd rel' that over max(the variable's max|update|, lr))")
+        "slots / from random (identical) slots, 'upd rel' that over max(the variable's max|update|, lr))"
+    )
     for tag, r in race.items():
         log(
             f"{tag}: original create_optimizer train op (update + global_step increment in one "
@@ -1027,10 +1093,14 @@ def print_report(rep, all_groups, meta):
 
 # ============================================================================ main
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--project", default=REPO_ROOT,
                    help="electra_tf checkout to import (default: this repository)")  # fmt: skip
-    p.add_argument("--mirror", default=DEFAULT_MIRROR, help="bare git dir of google-research/electra")
+    p.add_argument(
+        "--mirror", default=DEFAULT_MIRROR, help="bare git dir of google-research/electra"
+    )
     p.add_argument("--rev", default="HEAD")
     p.add_argument("--rtol", type=float, default=1e-5, help="losses, logits, gradients")
     p.add_argument("--step-rtol", type=float, default=1e-3,
@@ -1103,7 +1173,9 @@ def main(argv=None):
             )
             all_groups[scen["name"]] = compare(scen, proj, orig_res, rep, args, np)
             meta[f"{scen['name']} masked positions"] = proj["masked_lm_positions"].tolist()
-            meta[f"{scen['name']} masked_lm_weights"] = proj["masked_lm_weights"].astype(int).tolist()
+            meta[f"{scen['name']} masked_lm_weights"] = (
+                proj["masked_lm_weights"].astype(int).tolist()
+            )
             meta[f"{scen['name']} sampled ids"] = proj["sampled_ids"].tolist()
             meta[f"{scen['name']} disc labels (sum per seq)"] = proj["disc_labels"].sum(-1).tolist()
             meta[f"{scen['name']} global grad norm (original)"] = round(orig_res["global_norm"], 4)
@@ -1133,9 +1205,12 @@ def main(argv=None):
 
 def _git_head(path):
     try:
-        return subprocess.run(
-            ["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip() or "?"
+        return (
+            subprocess.run(
+                ["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
+            or "?"
+        )
     except OSError:
         return "?"
 

@@ -127,8 +127,14 @@ def evaluate(curves: dict, factor: float, loss_rtol: float, weight_floor: float)
     steps = len(curves["weight_distance"])
     worst_ratio = 0.0
     for name in LOSSES:
-        ref = [abs(a - b) for a, b in zip(curves[f"original_{name}"], curves[f"reference_{name}"], strict=True)]
-        dev = [abs(a - b) for a, b in zip(curves[f"project_{name}"], curves[f"original_{name}"], strict=True)]
+        ref = [
+            abs(a - b)
+            for a, b in zip(curves[f"original_{name}"], curves[f"reference_{name}"], strict=True)
+        ]
+        dev = [
+            abs(a - b)
+            for a, b in zip(curves[f"project_{name}"], curves[f"original_{name}"], strict=True)
+        ]
         band = tolerance_band(ref, factor, [loss_rtol * abs(x) for x in curves[f"original_{name}"]])
         out["bands"][name] = band
         out[f"deviation_{name}"] = dev
@@ -183,8 +189,9 @@ class ProjectSide:
     """The project's pre-training step on the tiny config (train_update in a tf.function)."""
 
     def __init__(self, hp: dict, workdir: str, tf, keras_seed: int = 0):
-        import electra_tf
         import tf_keras as keras
+
+        import electra_tf
 
         hp = dict(hp, precision="float32", jit_compile=False, seed=0)
         self.tf = tf
@@ -198,8 +205,13 @@ class ProjectSide:
         self.optimizer = check.find_build_optimizer()(self.config, self.model)
         self.model.compile(optimizer=self.optimizer)
         model = self.model
-        spec = {k: tf.TensorSpec([check.BATCH, check.SEQ], tf.int32) for k in ("input_ids", "input_mask", "segment_ids")}
-        self._forward = tf.function(lambda inputs: model(inputs, training=True), input_signature=[spec])
+        spec = {
+            k: tf.TensorSpec([check.BATCH, check.SEQ], tf.int32)
+            for k in ("input_ids", "input_mask", "segment_ids")
+        }
+        self._forward = tf.function(
+            lambda inputs: model(inputs, training=True), input_signature=[spec]
+        )
         self._update = tf.function(model.train_update, input_signature=[spec])
         # Traced now: building the original's graph (tf_keras' legacy TF1 layers) afterwards
         # invalidates Keras layers for any later call in Python, not the traced functions.
@@ -235,13 +247,23 @@ class ProjectSide:
             "logged_loss": logged.get("loss", float("nan")),
             "lr": logged.get("learning_rate", float("nan")),
         }
-        for key in ("masked_input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights", "sampled_ids"):
+        for key in (
+            "masked_input_ids",
+            "masked_lm_positions",
+            "masked_lm_ids",
+            "masked_lm_weights",
+            "sampled_ids",
+        ):
             res[key] = out[key].numpy()
         return res
 
     def checkpoints(self, directory: str):
         """The training run's checkpoint object (model with its RNG, optimizer, step)."""
-        objects = {"model": self.model, "optimizer": self.optimizer, "step": self.optimizer.iterations}
+        objects = {
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "step": self.optimizer.iterations,
+        }
         try:
             from electra_tf.checkpoints.training_state import TrainingCheckpoints
         except ImportError:  # pragma: no cover - a project without it
@@ -273,7 +295,9 @@ class OriginalSide:
     """The original's model, losses, optimizer and schedule in one TF1 graph and session, fed
     each step's batch and the project's draws through placeholders."""
 
-    def __init__(self, orig, hp: dict, workdir: str, ckpt_prefix: str, threads: int, perturb_seed=None):
+    def __init__(
+        self, orig, hp: dict, workdir: str, ckpt_prefix: str, threads: int, perturb_seed=None
+    ):
         import tensorflow.compat.v1 as v1
 
         rp, opt_mod = orig.run_pretraining, orig.optimization
@@ -295,7 +319,10 @@ class OriginalSide:
 
         self.graph = v1.Graph()
         with self.graph.as_default():
-            self.features = {k: v1.placeholder(v1.int32, [B, S], name=k) for k in ("input_ids", "input_mask", "segment_ids")}
+            self.features = {
+                k: v1.placeholder(v1.int32, [B, S], name=k)
+                for k in ("input_ids", "input_mask", "segment_ids")
+            }
             config = orig.configure_pretraining.PretrainingConfig("trajectory", workdir, **hp)
             N = config.max_predictions_per_seq
             self.draws = {
@@ -307,7 +334,9 @@ class OriginalSide:
             }
             with contextlib.ExitStack() as stack:
                 stack.enter_context(check.project_draws(orig, self.draws))
-                stack.enter_context(check.patched(rp.PretrainingModel, "_get_discriminator_output", cap_disc_out))
+                stack.enter_context(
+                    check.patched(rp.PretrainingModel, "_get_discriminator_output", cap_disc_out)
+                )
                 model = rp.PretrainingModel(config, dict(self.features), True)
             with check.patched(opt_mod.AdamWeightDecayOptimizer, "apply_gradients", cap_apply):
                 # As run_pretraining.model_fn_builder calls it.
@@ -334,12 +363,16 @@ class OriginalSide:
                 ops = []
                 for i, v in enumerate(sorted(tvars, key=lambda x: x.name)):
                     up = v1.random.uniform(v.shape, seed=perturb_seed + i) < 0.5
-                    target = v1.where(up, v1.fill(v.shape, float("inf")), v1.fill(v.shape, float("-inf")))
+                    target = v1.where(
+                        up, v1.fill(v.shape, float("inf")), v1.fill(v.shape, float("-inf"))
+                    )
                     ops.append(v.assign(v1.math.nextafter(v, target)))
                 self.perturb = v1.group(*ops)
             init = v1.global_variables_initializer()
             self.graph.finalize()
-        session_config = v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
+        session_config = v1.ConfigProto(
+            intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1
+        )
         session_config.graph_options.rewrite_options.disable_meta_optimizer = True
         self.sess = v1.Session(graph=self.graph, config=session_config)
         with self.graph.as_default():  # a TF1 Saver restores in graph mode only
@@ -393,21 +426,39 @@ def resume_child(args) -> int:
         for name in LOSSES:
             losses[name].append(res[name])
     w = project.weights()
-    np.savez(args.out, start=start, restored=path, **{f"loss_{k}": np.array(v) for k, v in losses.items()}, **{f"w/{n}": w[n] for n in w})
+    np.savez(
+        args.out,
+        start=start,
+        restored=path,
+        **{f"loss_{k}": np.array(v) for k, v in losses.items()},
+        **{f"w/{n}": w[n] for n in w},
+    )
     return 0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mirror", default=check.DEFAULT_MIRROR, help="git copy of google-research/electra (default $ELECTRA_ORIGINAL_MIRROR)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--mirror",
+        default=check.DEFAULT_MIRROR,
+        help="git copy of google-research/electra (default $ELECTRA_ORIGINAL_MIRROR)",
+    )
     p.add_argument("--rev", default="HEAD")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--warmup", type=int, help="warm-up steps (default steps // 10)")
-    p.add_argument("--tol-factor", type=float, default=10.0, help="band = factor x running max drift + floor")
-    p.add_argument("--loss-rtol", type=float, default=1e-5, help="loss band floor, relative to the loss")
+    p.add_argument(
+        "--tol-factor", type=float, default=10.0, help="band = factor x running max drift + floor"
+    )
+    p.add_argument(
+        "--loss-rtol", type=float, default=1e-5, help="loss band floor, relative to the loss"
+    )
     p.add_argument("--weight-floor", type=float, default=1e-6, help="weight band floor (absolute)")
     p.add_argument("--no-resume", action="store_true", help="skip the checkpoint/resume leg")
-    p.add_argument("--mutation", help="inject one of mutations.MUTATIONS into the project side")
+    p.add_argument(
+        "--mutation", help="inject one of mutations.ALL into the project side (mutations.py)"
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--print-every", type=int, help="table rows (default: 20 rows)")
     p.add_argument("--json", help="write the per-step curves and the verdict here")
@@ -421,8 +472,8 @@ def main(argv=None) -> int:
     if args.mutation:
         from tools.original_parity import mutations
 
-        if args.mutation not in mutations.MUTATIONS:
-            p.error(f"--mutation: {args.mutation!r} is not one of {', '.join(mutations.MUTATIONS)}")
+        if args.mutation not in mutations.ALL:
+            p.error(f"--mutation: {args.mutation!r} is not one of {', '.join(mutations.ALL)}")
     if args.resume_child:
         return resume_child(args)
     mirror = check.resolve_mirror(args.mirror)  # SystemExit naming how to get one
@@ -460,8 +511,12 @@ def main(argv=None) -> int:
 
         half = args.steps // 2
         ckpt_dir = os.path.join(workdir, "project_ckpt")
-        curves = {f"{side}_{n}": [] for side in ("project", "original", "reference") for n in LOSSES}
-        curves.update(weight_distance=[], reference_weight_distance=[], lr_project=[], lr_original=[])
+        curves = {
+            f"{side}_{n}": [] for side in ("project", "original", "reference") for n in LOSSES
+        }
+        curves.update(
+            weight_distance=[], reference_weight_distance=[], lr_project=[], lr_original=[]
+        )
         problems = []
         print_every = args.print_every or max(1, args.steps // 20)
         log = check.log
@@ -483,7 +538,9 @@ def main(argv=None) -> int:
             split["project"] += t1 - t0
             split["original"] += t2 - t1
             if not abs(pr["logged_loss"] - pr["total"]) <= 1e-5 * abs(pr["total"]):
-                problems.append(f"step {t}: train_update logged loss {pr['logged_loss']} != its forward's {pr['total']}")
+                problems.append(
+                    f"step {t}: train_update logged loss {pr['logged_loss']} != its forward's {pr['total']}"
+                )
             wp, wo, wr = project.weights(), original.weights(), reference.weights()
             for n in LOSSES:
                 curves[f"project_{n}"].append(pr[n])
@@ -503,11 +560,17 @@ def main(argv=None) -> int:
                 project.checkpoints(ckpt_dir).save(half)
         loop_s = time.time() - t_loop
         result = evaluate(curves, args.tol_factor, args.loss_rtol, args.weight_floor)
-        lr_diff = max(abs(a - b) for a, b in zip(curves["lr_project"], curves["lr_original"], strict=True))
+        lr_diff = max(
+            abs(a - b) for a, b in zip(curves["lr_project"], curves["lr_original"], strict=True)
+        )
         if not lr_diff <= 1e-6 * hp["learning_rate"]:
-            result["failures"].append(f"learning rate: max|project - original| {lr_diff:.3e} over the run")
+            result["failures"].append(
+                f"learning rate: max|project - original| {lr_diff:.3e} over the run"
+            )
         if init_distance != 0.0:
-            result["failures"].append(f"initial weights differ by {init_distance:.3e} after the export")
+            result["failures"].append(
+                f"initial weights differ by {init_distance:.3e} after the export"
+            )
         result["failures"] += problems
 
         resume = None
@@ -569,12 +632,16 @@ def run_resume_child(args, ckpt_dir, half, curves, result, final_weights, np) ->
         cmd += ["--gpu"]
     t0 = time.time()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([check.REPO_ROOT] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [check.REPO_ROOT] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
+    )
     r = subprocess.run(cmd, cwd=check.REPO_ROOT, env=env, capture_output=True, text=True)
     res = {"child_seconds": time.time() - t0, "failures": [], "max_loss_deviation": float("nan"),
            "final_weight_distance": float("nan"), "bit_identical": False}  # fmt: skip
     if r.returncode != 0:
-        res["failures"].append(f"resume: the child process failed (exit {r.returncode}): {r.stderr.strip()[-800:]}")
+        res["failures"].append(
+            f"resume: the child process failed (exit {r.returncode}): {r.stderr.strip()[-800:]}"
+        )
         return res
     data = np.load(out)
     if int(data["start"]) != half:
@@ -594,10 +661,15 @@ def run_resume_child(args, ckpt_dir, half, curves, result, final_weights, np) ->
             res["failures"].append(
                 f"resume: {name} loss at step {half + i}: resumed {float(got[i]):.6f} vs uninterrupted {ref[i]:.6f} (tol {band[i]:.2e})"
             )
-    wd = max(float(np.max(np.abs(data[f"w/{n}"].astype(np.float64) - final_weights[n]))) for n in final_weights)
+    wd = max(
+        float(np.max(np.abs(data[f"w/{n}"].astype(np.float64) - final_weights[n])))
+        for n in final_weights
+    )
     identical &= wd == 0.0
     if not wd <= result["bands"]["weights"][-1]:
-        res["failures"].append(f"resume: final weights differ from the uninterrupted run's by {wd:.3e}")
+        res["failures"].append(
+            f"resume: final weights differ from the uninterrupted run's by {wd:.3e}"
+        )
     res.update(max_loss_deviation=worst, final_weight_distance=wd, bit_identical=identical)
     return res
 
@@ -606,14 +678,24 @@ def write_csv(path, curves, result):
     names = ["step", "lr"]
     for n in LOSSES:
         names += [f"{n}_project", f"{n}_original", f"{n}_deviation", f"{n}_tolerance"]
-    names += ["weight_distance", "weight_tolerance", "reference_drift_loss_total", "reference_drift_weights"]
+    names += [
+        "weight_distance",
+        "weight_tolerance",
+        "reference_drift_loss_total",
+        "reference_drift_weights",
+    ]
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(names)
         for t in range(len(curves["weight_distance"])):
             row = [t, curves["lr_original"][t]]
             for n in LOSSES:
-                row += [curves[f"project_{n}"][t], curves[f"original_{n}"][t], result[f"deviation_{n}"][t], result["bands"][n][t]]
+                row += [
+                    curves[f"project_{n}"][t],
+                    curves[f"original_{n}"][t],
+                    result[f"deviation_{n}"][t],
+                    result["bands"][n][t],
+                ]
             row += [curves["weight_distance"][t], result["bands"]["weights"][t],
                     abs(curves["original_total"][t] - curves["reference_total"][t]), curves["reference_weight_distance"][t]]  # fmt: skip
             w.writerow(row)
