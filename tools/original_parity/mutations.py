@@ -159,27 +159,33 @@ def _child_env():
     return env
 
 
+def _outcome(rc, caught):
+    """'caught', 'not caught' (a clean pass) or 'ERROR' (the check crashed: neither)."""
+    if caught:
+        return "caught"
+    return "not caught" if rc == 0 else "ERROR"
+
+
 def run_one_step(name, a):
-    """(caught, exit status, first failure or stderr tail) of check.py under mutation `name`."""
+    """(outcome, exit status, first failure / last line / stderr tail) of check.py under `name`."""
     cmd = [sys.executable, "-m", "tools.original_parity.mutations", "--one", name,
            "--project", a.project, "--threads", a.threads]  # fmt: skip
     if a.mirror:
         cmd += ["--mirror", a.mirror]
     r = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True)
     fails = [line.strip() for line in r.stdout.splitlines() if line.startswith("  - ")]
-    caught = r.returncode == 1 and bool(fails)
-    detail = (
-        fails[0]
-        if fails
-        else (r.stdout.strip().splitlines() or [""])[-1]
-        if r.returncode == 0
-        else r.stderr.strip()[-300:]
-    )
-    return caught, r.returncode, detail
+    outcome = _outcome(r.returncode, r.returncode == 1 and bool(fails))
+    if fails:
+        detail = fails[0]
+    elif outcome == "not caught":
+        detail = (r.stdout.strip().splitlines() or [""])[-1]
+    else:
+        detail = r.stderr.strip()[-300:]
+    return outcome, r.returncode, detail
 
 
 def run_trajectory(name, a):
-    """(caught, exit status, verdict / first failure) of trajectory.py under mutation `name`."""
+    """(outcome, exit status, first failure / verdict / stderr tail) of trajectory.py under `name`."""
     cmd = [sys.executable, "-m", "tools.original_parity.trajectory", "--mutation", name,
            "--steps", str(a.steps), "--no-resume", "--threads", a.threads]  # fmt: skip
     if a.mirror:
@@ -187,11 +193,10 @@ def run_trajectory(name, a):
     r = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True)
     lines = r.stdout.strip().splitlines()
     fails = [line.strip() for line in lines if line.startswith("  - ")]
-    verdict = next(
-        (line for line in reversed(lines) if line.startswith("PARITY")), r.stderr.strip()[-300:]
-    )
-    caught = r.returncode == 1 and verdict.startswith("PARITY FAILED")
-    return caught, r.returncode, (fails[0] if fails else verdict)
+    verdict = next((line for line in reversed(lines) if line.startswith("PARITY")), "")
+    outcome = _outcome(r.returncode, r.returncode == 1 and verdict.startswith("PARITY FAILED"))
+    detail = fails[0] if fails else verdict or r.stderr.strip()[-300:]
+    return outcome, r.returncode, detail
 
 
 def main():
@@ -229,22 +234,20 @@ def main():
         p.error(f"unknown mutation(s) {unknown}; choose from {', '.join(table)}")
     bad = []
     for name in names:
-        caught, rc, detail = run_one_step(name, a)
+        outcome, rc, detail = run_one_step(name, a)
         if not a.trajectory:
-            print(
-                f"{name:22s} ({table[name]}): {'caught' if caught else 'MISSED'} (exit {rc}); {detail}",
-                flush=True,
-            )
-            if not caught:
+            shown = "MISSED" if outcome == "not caught" else outcome
+            print(f"{name:22s} ({table[name]}): {shown} (exit {rc}); {detail}", flush=True)
+            if outcome != "caught":
                 bad.append(name)
             continue
-        t_caught, t_rc, t_detail = run_trajectory(name, a)
-        expected = EXPECTED_ONE_STEP[name]
-        ok = t_caught and caught == expected
+        t_outcome, t_rc, t_detail = run_trajectory(name, a)
+        expected = "caught" if EXPECTED_ONE_STEP[name] else "not caught"
+        ok = t_outcome == "caught" and outcome == expected
+        t_shown = "MISSED" if t_outcome == "not caught" else t_outcome
         print(f"{name:22s} ({table[name]}):\n"
-              f"    one-step check:   {'caught' if caught else 'not caught'} (exit {rc}; expected "
-              f"{'caught' if expected else 'not caught'}); {detail}\n"
-              f"    trajectory check: {'caught' if t_caught else 'MISSED'} (exit {t_rc}, {a.steps} steps); {t_detail}",
+              f"    one-step check:   {outcome} (exit {rc}; expected {expected}); {detail}\n"
+              f"    trajectory check: {t_shown} (exit {t_rc}, {a.steps} steps); {t_detail}",
               flush=True)  # fmt: skip
         if not ok:
             bad.append(name)
