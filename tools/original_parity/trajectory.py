@@ -27,7 +27,9 @@ Tolerance (the float32 drift rule). A second copy of the original runs the same 
 same draws, except that after the restore and after every update each of its weights is moved
 by one float32 ulp in a random direction: rounding noise injected at every step. Its distance
 from the unperturbed original, per step, is how far two float32 computations of the same
-training drift apart. The band at step t is
+training drift apart (the original is the copy perturbed because it takes its samples fed; a
+perturbed project would draw its own, and a sample flipped by a near-tie is a jump, not drift).
+The band at step t is
 
     tol(t) = factor x max_{s <= t} drift(s) + floor
 
