@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives parity parity-trajectory clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -102,6 +102,16 @@ compare-objectives: $(STAMP) $(if $(DATA_DIR),,default-data)
 	$(PY) -m electra_tf.evaluation.compare_objectives --data-dir $(RUN_DATA_DIR) \
 		--objectives $(OBJECTIVES) --minutes $(MINUTES) --preset $(PRESET) --hparams '$(HPARAMS)' \
 		--parallel $(PARALLEL) --glue-dir $(GLUE_DIR) $(if $(WARMUP),--warmup $(WARMUP),) $(COMPARE_ARGS)
+
+# Parity with the original google-research/electra code (tools/original_parity/README.md).
+# MIRROR: a git copy of it (git clone --mirror https://github.com/google-research/electra);
+# defaults to $ELECTRA_ORIGINAL_MIRROR. STEPS: trajectory length (default 1000).
+parity: $(STAMP)
+	$(PY) -m tools.original_parity.check $(if $(MIRROR),--mirror $(MIRROR),)
+
+parity-trajectory: $(STAMP)
+	$(PY) -m tools.original_parity.trajectory $(if $(MIRROR),--mirror $(MIRROR),) \
+		$(if $(STEPS),--steps $(STEPS),)
 
 clean-venv:
 	rm -rf $(VENV)
