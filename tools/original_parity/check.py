@@ -235,15 +235,9 @@ def extract_original(mirror: str, rev: str, dest: str) -> str:
 
 
 # ============================================================================ project side
-# Where the training loop's `build_optimizer(config, model)` has lived (newest first).
-BUILD_OPTIMIZER_MODULES = (
-    "electra_tf.runs.pretraining",
-    "electra_tf.runs.pretrain",
-    "electra_tf.runs",
-    "electra_tf.training.loop",
-    "electra_tf.pretraining.loop",
-    "electra_tf.optimization",
-)
+# Where the training run's `build_optimizer(config, model)` lives: here, and in checkouts from
+# before the runs layer (`--project` may point at an older one to compare).
+BUILD_OPTIMIZER_MODULES = ("electra_tf.runs.pretraining_model", "electra_tf.pretraining.loop")
 
 
 def find_build_optimizer():
