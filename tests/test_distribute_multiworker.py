@@ -35,6 +35,34 @@ MULTI_WORKER_SCRIPT = textwrap.dedent(
 )
 
 
+def run_two_workers(command: list[str], timeout: float):
+    """Runs `command` as workers 0 and 1 of a localhost cluster (TF_CONFIG); returns the
+    processes and their (stdout, stderr), killing any still running on the way out."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(
+            subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(TF_CONFIG=tf_config),
+            )
+        )
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return procs, outputs
+
+
 def test_multi_worker_two_processes_write_one_checkpoint(tmp_path):
     data_dir = str(tmp_path / "data")
     write_tiny_data(data_dir)
@@ -48,29 +76,8 @@ def test_multi_worker_two_processes_write_one_checkpoint(tmp_path):
         save_checkpoints_steps=4,
         keep_checkpoint_max=3,
     )
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), data_dir, model_dir, json.dumps(hparams)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=child_env(TF_CONFIG=tf_config),
-            )
-        )
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=420))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    command = [sys.executable, str(script), data_dir, model_dir, json.dumps(hparams)]
+    _, outputs = run_two_workers(command, timeout=420)
     results = [parse_result(out, err) for out, err in outputs]
     assert [r["step"] for r in results] == [4, 4]
     assert all(np.isfinite(r["loss"]) for r in results)
@@ -98,28 +105,7 @@ def test_multi_worker_through_the_command_line(tmp_path):
     )
     command = [sys.executable, "-m", "electra_tf.pretrain", "--data-dir", data_dir]
     command += ["--model-name", "mw", "--hparams", json.dumps(hparams)]
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    procs = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-        procs.append(
-            subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=child_env(TF_CONFIG=tf_config),
-            )
-        )
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=300))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    procs, outputs = run_two_workers(command, timeout=300)
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, (out[-2000:], err[-3000:])
     chief_out = outputs[0][0]
