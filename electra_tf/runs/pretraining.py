@@ -51,15 +51,14 @@ from electra_tf.runs.cpu_calls import (
 from electra_tf.runs.pretraining_data import make_dataset, restarted_input, run_steps
 from electra_tf.runs.pretraining_eval import evaluate
 from electra_tf.runs.pretraining_model import (
-    TrainingDiverged,
     build_model,
     build_optimizer,
     current_learning_rate,
-    divergence,
     load_init_checkpoint,
     make_train_function,
     metric_values,
     reset_metrics,
+    stop_if_diverged,
 )
 from electra_tf.runs.progress import TENSORBOARD_DIR, ProgressReporter
 from electra_tf.runs.signals import StopRequest
@@ -268,7 +267,7 @@ def _train_loop(
         previous, step = step, int(optimizer.iterations.numpy())
         stopping = step >= total or stop.signum is not None
         saving = step % config.save_checkpoints_steps == 0 or stopping
-        _stop_if_diverged(run, saving, previous, step)
+        stop_if_diverged(run.model, run.checkpoints, run.config, saving, previous, step)
         if step % log_every == 0 or stopping:
             lr = current_learning_rate(optimizer)
             result.metrics = reporter.report(step, metric_values(run.model), tokens, lr)
@@ -279,22 +278,7 @@ def _train_loop(
         if saving:
             result.checkpoint, saved_step = checkpoints.save(step), step
     if saved_step != step:  # a signal that arrived after the last boundary check
-        _stop_if_diverged(run, True, saved_step, step)
+        stop_if_diverged(run.model, checkpoints, run.config, True, saved_step, step)
         result.checkpoint = checkpoints.save(step)
     result.step = step
     return result
-
-
-def _stop_if_diverged(run: _Run, saving: bool, previous: int, step: int) -> None:
-    """Raises TrainingDiverged before a NaN or Inf reaches a checkpoint: the last good one
-    stays the latest, and rerunning (with a lower learning rate, say) resumes from it."""
-    problem = divergence(run.model, check_weights=saving)
-    if problem is None:
-        return
-    latest = run.checkpoints.latest()
-    kept = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written"
-    raise TrainingDiverged(
-        f"{problem} at a step in {previous + 1}..{step}; stopped without saving: {kept}. "
-        f"Lower learning_rate (now {run.config.learning_rate:g}) or check the data, then run "
-        "the same command again to resume"
-    )

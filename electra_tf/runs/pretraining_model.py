@@ -156,3 +156,21 @@ def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, ji
         return tokens
 
     return train_steps
+
+
+def stop_if_diverged(
+    model: keras.Model, checkpoints: Any, config: PretrainingConfig, saving: bool, previous: int,
+    step: int,
+) -> None:  # fmt: skip
+    """Raises TrainingDiverged before a NaN or Inf reaches a checkpoint: the last good one
+    stays the latest, and rerunning (with a lower learning rate, say) resumes from it."""
+    problem = divergence(model, check_weights=saving)
+    if problem is None:
+        return
+    latest = checkpoints.latest()
+    kept = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written"
+    raise TrainingDiverged(
+        f"{problem} at a step in {previous + 1}..{step}; stopped without saving: {kept}. "
+        f"Lower learning_rate (now {config.learning_rate:g}) or check the data, then run "
+        "the same command again to resume"
+    )
