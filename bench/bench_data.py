@@ -12,6 +12,9 @@ included for both.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python bench/bench_data.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.bench_data")
+
 import argparse
 import glob
 import os

@@ -32,6 +32,9 @@ the default export); PyTorch with its own default (one thread per core).
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python bench/bench_serve.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.bench_serve")
+
 import argparse
 import inspect
 import json

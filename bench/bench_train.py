@@ -23,6 +23,9 @@ before/after figures of a change. `--batch 128 --configs default
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python bench/bench_train.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.bench_train")
+
 import argparse
 import json
 import os

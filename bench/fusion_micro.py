@@ -24,6 +24,9 @@ run it alone on the machine.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python bench/fusion_micro.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.fusion_micro")
+
 import argparse
 import os
 import sys

@@ -90,6 +90,11 @@ reads nothing of, and with XLA (`--jit on`) the ops are fused into clusters that
 
 from __future__ import annotations
 
+if (
+    __name__ == "__main__" and not __package__
+):  # `python bench/profile_breakdown.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.profile_breakdown")
+
 import argparse
 import atexit
 import collections

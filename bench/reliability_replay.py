@@ -12,6 +12,11 @@ case is OK (or skipped), 1 otherwise.
 
 from __future__ import annotations
 
+if (
+    __name__ == "__main__" and not __package__
+):  # `python bench/reliability_replay.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.reliability_replay")
+
 import argparse
 import json
 import os

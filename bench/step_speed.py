@@ -11,6 +11,9 @@ Not a benchmark against a peer (that is `make bench`); run it alone on the machi
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python bench/step_speed.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.step_speed")
+
 import json
 import os
 import sys
