@@ -1,0 +1,1 @@
+"""Evaluation tools: experiments users run to check what pre-training gives."""
