@@ -1,4 +1,4 @@
-"""Does pre-training help, and which objective helps most? Two tools, run from the repository
+"""Does pre-training help, and which objective helps most? Tools, run from the repository
 root (with this package importable) as modules:
 
 - `python -m electra_tf.evaluation.compare_objectives` (`make compare-objectives`): pre-training
@@ -11,6 +11,10 @@ root (with this package importable) as modules:
 - `python -m electra_tf.evaluation.sst2_transfer`: the SST-2 fine-tuning protocol alone, for any
   list of initialisations (checkpoints or `random`): learning rate chosen on a slice of the
   training set, then the median of several seeds on the dev set.
+
+- `python -m electra_tf.evaluation.learning_test` (in progress): a synthetic topic language
+  whose word clusters only context reveals, pre-trained with ELECTRA and the masked LM at equal
+  CPU time, then fine-tuned on a few hundred labels against a random initialisation.
 
 Every fine-tuning and pre-training run is the project's own `python -m electra_tf.finetune` /
 `python -m electra_tf.pretrain`, so the figures are what a user of those commands gets.
