@@ -14,6 +14,10 @@ import shutil
 from typing import Any
 
 
+def _exclusive_no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
 def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     """Writes `data` to `path` atomically; `sync` also flushes it to disk before the rename."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -25,8 +29,7 @@ def write_bytes(path: str, data: bytes, sync: bool = False) -> None:
     try:
         # O_EXCL | O_NOFOLLOW: a file or link planted at the temporary name is never written
         # through (the rename then replaces only `path` itself, never a link's target).
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb", opener=_exclusive_no_follow) as f:
             f.write(data)
             if sync:
                 f.flush()

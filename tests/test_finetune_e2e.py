@@ -145,12 +145,16 @@ def test_vocabulary_larger_than_the_checkpoint_is_an_error(data_dir):
         _runner_over_original_checkpoint(data_dir, TINY["vocab_size"] - 4)
 
 
-def test_a_duplicated_vocabulary_line_counts_by_its_ids(data_dir):
-    # 20 distinct tokens on 21 lines: the last token's id is 20, one past 20 embedding rows.
+def test_a_duplicated_vocabulary_line_is_refused_before_ids_shift(data_dir):
+    # 20 distinct tokens on 21 lines: the original gave "the" its later id, 20, one past 20
+    # embedding rows. The vocabulary is refused first, naming both lines.
     vocab = data_dir / "vocab.txt"
     lines = vocab.read_text().split("\n")
+    first = lines.index("the") + 1
     vocab.write_text("\n".join([*lines[:-1], "the", lines[-1]]))
-    with pytest.raises(ValueError, match=r"vocab\.txt has 21 entries but .* has 20 embedding rows"):
+    with pytest.raises(
+        ValueError, match=rf"vocab\.txt:{len(lines)}: the token 'the' repeats line {first}"
+    ):
         _runner_over_original_checkpoint(data_dir, TINY["vocab_size"])
 
 

@@ -610,8 +610,8 @@ def test_a_failed_atomic_write_names_its_file(tmp_path, monkeypatch):
     real_open = open
 
     class FullFile:
-        def __init__(self, path, mode):
-            self.f = real_open(path, mode)
+        def __init__(self, path, mode, **kwargs):
+            self.f = real_open(path, mode, **kwargs)
 
         def __enter__(self):
             return self

@@ -111,6 +111,8 @@ def _index_problem(model_dir: str) -> tuple[str | None, str | None]:
 
 def newest_readable(prefixes: list[str], below: str | None = None) -> str | None:
     """The newest of `prefixes` (oldest first) older than `below` that reads in full."""
+    if below is not None and below not in prefixes:
+        return None  # a checkpoint of another naming (the original's model.ckpt-N)
     candidates = prefixes if below is None else prefixes[: prefixes.index(below)]
     return next((p for p in reversed(candidates) if checkpoint_problem(p) is None), None)
 

@@ -112,8 +112,8 @@ def check_token_ids(files: list[str], vocab_size: int, records_per_file: int = 6
     for path in files:
         if not os.path.exists(path):
             continue  # remote (gs://...): read only by the pipeline
-        for index, raw in enumerate(tf.data.TFRecordDataset(path).take(records_per_file)):
-            features = tf.train.Example.FromString(raw.numpy()).features.feature
+        for index, raw in enumerate(_first_records(path, records_per_file)):
+            features = tf.train.Example.FromString(raw).features.feature
             ids = features["input_ids"].int64_list.value
             largest = max(ids, default=0)
             if largest >= vocab_size or min(ids, default=0) < 0:
@@ -129,6 +129,18 @@ def check_token_ids(files: list[str], vocab_size: int, records_per_file: int = 6
                     f"{path}: record {index} holds input_mask value(s) {sorted(odd)}; a mask "
                     "is 1 for tokens and 0 for padding"
                 )
+
+
+def _first_records(path: str, count: int) -> list[bytes]:
+    """Up to `count` records from the start of `path`, stopping before a corrupt one (which the
+    run names, with its offset, when it reaches it)."""
+    records = []
+    try:
+        for raw in tf.data.TFRecordDataset(path).take(count):
+            records.append(raw.numpy())
+    except tf.errors.DataLossError:
+        pass
+    return records
 
 
 def check_input_files(files: list[str], max_seq_length: int, vocab_size: int | None = None) -> None:
