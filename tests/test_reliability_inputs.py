@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -248,7 +247,7 @@ def test_sigterm_during_a_two_process_build_leaves_nothing_behind(tmp_path):
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
     rng = np.random.default_rng(0)
-    for k in range(40):
+    for k in range(160):  # about 15 MB: seconds of work even on an idle machine
         words = rng.integers(97, 123, size=(4000, 6))
         text = "\n".join(" ".join(chr(c) * 3 for c in row) for row in words)
         (corpus_dir / f"{k:02d}.txt").write_text(text + "\n")
@@ -258,14 +257,22 @@ def test_sigterm_during_a_two_process_build_leaves_nothing_behind(tmp_path):
     command += [a for a in args if a != "--no-progress"]  # progress lines: workers running
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    wait_for(lambda: any(n.startswith(".staging-") for n in _listing(output)), 120, proc)
-    time.sleep(1.0)
+    wait_for(lambda: _spooled(output), 120, proc)  # workers are writing their examples
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     record("handled", "SIGTERM during a 2-process build", "exit 143, nothing left", last_line(err))
     assert proc.returncode == 143, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert _listing(output) == [], _listing(output)
+
+
+def _spooled(output):
+    """Whether a worker has started writing examples into the build's staging folder."""
+    for staging in (n for n in _listing(output) if n.startswith(".staging-")):
+        for _, _, files in os.walk(os.path.join(output, staging)):
+            if any(f.endswith(".bin") for f in files):
+                return True
+    return False
 
 
 def _listing(folder):
