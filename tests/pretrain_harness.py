@@ -92,6 +92,15 @@ def hparams(**overrides):
     return json.dumps({**TINY, **overrides})
 
 
+def run_pretrain(data_dir, model_name="m", **overrides):
+    """`python -m electra_tf.pretrain` in this process: the tiny preset shrunk by TINY, plus
+    `overrides`; returns its exit code."""
+    from electra_tf.cli import pretrain
+
+    argv = ["--data-dir", str(data_dir), "--model-name", model_name, "--preset", "tiny"]
+    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
+
+
 def cli_command(data_dir, model_name, **overrides):
     return [
         sys.executable,

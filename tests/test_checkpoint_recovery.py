@@ -12,7 +12,7 @@ import shutil
 import pytest
 import tensorflow as tf
 import tf_keras as keras
-from pretrain_harness import hparams, write_corpus
+from pretrain_harness import run_pretrain, write_corpus
 from reliability_cases import last_line, record
 
 from electra_tf.checkpoints.recovery import (
@@ -22,7 +22,6 @@ from electra_tf.checkpoints.recovery import (
     resume_point,
 )
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.cli import pretrain
 
 
 def _digests(model_dir):
@@ -144,16 +143,11 @@ def test_following_the_advice_resumes_from_the_older_checkpoint(tmp_path):
     assert restored.endswith("ckpt-2") and float(value.numpy()) == 2.0
 
 
-def _main(data_dir, model_name, **overrides):
-    argv = ["--data-dir", str(data_dir), "--model-name", model_name, "--preset", "tiny"]
-    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
-
-
 @pytest.fixture(scope="module")
 def four_steps(tmp_path_factory):
     """A run of 4 steps saving every 2 (ckpt-2, ckpt-4); each test works on a copy."""
     data = write_corpus(tmp_path_factory.mktemp("four_steps") / "data")
-    assert _main(data, "m", num_train_steps=4) == 0
+    assert run_pretrain(data, "m", num_train_steps=4) == 0
     return data
 
 
@@ -170,7 +164,7 @@ def test_the_pretraining_command_resumes_or_refuses_and_keeps_older_checkpoints(
         _truncate(model_dir / "ckpt-4.data-00000-of-00001")
     before = _digests(model_dir)
     capsys.readouterr()
-    code = _main(data, "m", num_train_steps=6)
+    code = run_pretrain(data, "m", num_train_steps=6)
     captured = capsys.readouterr()
     after = _digests(model_dir)
     got = f"exit {code}: {last_line(captured.err if code else captured.out)}"
@@ -209,7 +203,7 @@ def test_a_nan_in_the_middle_of_a_run_stops_it_before_saving(
     model_dir = data / "models" / "m"
     before = _digests(model_dir)
     capsys.readouterr()
-    code = _main(data, "m", num_train_steps=8)
+    code = run_pretrain(data, "m", num_train_steps=8)
     err = capsys.readouterr().err
     record("3", "a NaN weight in the middle of a run", "exit 1, ckpt-4 kept", last_line(err))
     assert code == 1, err
@@ -219,7 +213,7 @@ def test_a_nan_in_the_middle_of_a_run_stops_it_before_saving(
     assert _digests(model_dir) == before  # no ckpt-6, the older ones untouched
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-4")
     monkeypatch.setattr(pretraining, "run_steps", real)
-    assert _main(data, "m", num_train_steps=8) == 0  # resumes from ckpt-4 and finishes
+    assert run_pretrain(data, "m", num_train_steps=8) == 0  # resumes from ckpt-4 and finishes
     after = _digests(model_dir)
     assert {k: v for k, v in after.items() if k in before} == before
 

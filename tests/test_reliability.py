@@ -14,16 +14,11 @@ import threading
 import time
 
 import pytest
-from pretrain_harness import ROOT, cli_command, cli_env, hparams, write_corpus
+from pretrain_harness import ROOT, cli_command, cli_env, run_pretrain, write_corpus
 from reliability_cases import last_line, lock_held_by_another_process, record, wait_for
 
-from electra_tf.cli import build_tfrecords, export, finetune, pretrain
+from electra_tf.cli import build_tfrecords, export, finetune
 from electra_tf.run_lock import LockError, RunLock
-
-
-def _pretrain(data, model_name="m", **overrides):
-    argv = ["--data-dir", str(data), "--model-name", model_name, "--preset", "tiny"]
-    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
 
 
 def _shards(data):
@@ -199,7 +194,7 @@ def test_finetune_and_export_into_a_locked_output_are_refused(tmp_path, capsys):
 )
 def test_bad_pretraining_hparams_are_named(tmp_path, capsys, overrides, message):
     data = write_corpus(tmp_path / "data", num_records=8)
-    code = _pretrain(data, **{"num_train_steps": 2, **overrides})
+    code = run_pretrain(data, **{"num_train_steps": 2, **overrides})
     err = capsys.readouterr().err
     record(
         "2",
@@ -364,7 +359,7 @@ def test_bad_tfrecords_are_named_before_the_model_is_built(tmp_path, capsys, dam
         for path in _shards(data):
             _rewrite(path, b"")
     length = {"max_seq_length": 8} if damage == "other length" else {}
-    code = _pretrain(data, num_train_steps=2, **length)
+    code = run_pretrain(data, num_train_steps=2, **length)
     err = capsys.readouterr().err
     record(
         "7", f"{damage} TFRecord file", "exit 2 naming the file", f"exit {code}: {last_line(err)}"
@@ -383,7 +378,7 @@ def test_a_record_corrupt_mid_file_names_file_and_offset(tmp_path, capsys):
         offset += 16 + int.from_bytes(raw[offset : offset + 8], "little")
     raw[offset + 12 + 5] ^= 0xFF  # inside its data: only the data CRC notices
     shard.write_bytes(bytes(raw))
-    code = _pretrain(data, num_train_steps=4)
+    code = run_pretrain(data, num_train_steps=4)
     err = capsys.readouterr().err
     record(
         "7",
@@ -422,7 +417,7 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_says_how_much_is_needed(tmp_p
             "keep_checkpoint_max": 0,  # keep every one: the disk fills up
             "model_dir": str(model_dir),
         }
-        code = _pretrain(data, **settings)
+        code = run_pretrain(data, **settings)
         err = capsys.readouterr().err
         record(
             "8",
@@ -438,7 +433,7 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_says_how_much_is_needed(tmp_p
         assert latest and tf.train.load_checkpoint(latest).get_tensor(
             "step/.ATTRIBUTES/VARIABLE_VALUE"
         )
-        code = _pretrain(data, **settings)  # the rerun: still full, still one clear line
+        code = run_pretrain(data, **settings)  # the rerun: still full, still one clear line
         err = capsys.readouterr().err
         record(
             "8",
@@ -457,10 +452,10 @@ def test_a_read_only_model_dir_fails_before_training_or_evaluating(tmp_path, cap
     _mount_tmpfs(disk, "8m")
     try:
         model_dir = disk / "m"
-        assert _pretrain(data, num_train_steps=2, model_dir=str(model_dir)) == 0
+        assert run_pretrain(data, num_train_steps=2, model_dir=str(model_dir)) == 0
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         capsys.readouterr()
-        code = _pretrain(data, num_train_steps=4, model_dir=str(model_dir))
+        code = run_pretrain(data, num_train_steps=4, model_dir=str(model_dir))
         err = capsys.readouterr().err
         record(
             "8",
@@ -469,7 +464,7 @@ def test_a_read_only_model_dir_fails_before_training_or_evaluating(tmp_path, cap
             f"exit {code}: {last_line(err)}",
         )
         assert code == 2 and "cannot write to model dir" in err
-        code = _pretrain(
+        code = run_pretrain(
             data, num_train_steps=2, model_dir=str(model_dir), do_train=False, do_eval=True
         )
         captured = capsys.readouterr()

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from pretrain_harness import ROOT, hparams, write_corpus
+from pretrain_harness import ROOT, hparams, run_pretrain, write_corpus
 from reliability_cases import last_line, record, wait_for
 
 from electra_tf.atomic_io import write_text
@@ -23,11 +23,6 @@ from electra_tf.data.pretraining_input import InputDataError, check_input_files
 from electra_tf.data.tokenization import VocabError, load_vocab
 from electra_tf.finetuning.config import finetuning_config
 from electra_tf.run_lock import LockError, RunLock
-
-
-def _pretrain(data, **overrides):
-    argv = ["--data-dir", str(data), "--model-name", "m", "--preset", "tiny"]
-    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
 
 
 # ------------------------------------------------------------------ hyperparameters
@@ -78,7 +73,7 @@ def test_token_ids_outside_the_vocabulary_are_named_with_the_file(tmp_path, caps
     # Through the command: a vocab_file smaller than the data's vocabulary.
     small = tmp_path / "small_vocab.txt"
     small.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n")
-    code = _pretrain(data, num_train_steps=2, vocab_file=str(small))
+    code = run_pretrain(data, num_train_steps=2, vocab_file=str(small))
     err = capsys.readouterr().err
     record(
         "5", "token ids >= vocab_size", "exit 2 naming the file", f"exit {code}: {last_line(err)}"

@@ -16,6 +16,7 @@ from pretrain_harness import (
     cli_command,
     cli_env,
     hparams,
+    run_pretrain,
     write_corpus,
 )
 
@@ -24,16 +25,11 @@ from electra_tf.cli import pretrain
 from electra_tf.runs.pretraining_model import build_model, load_init_checkpoint
 
 
-def _main(data_dir, model_name, **overrides):
-    argv = ["--data-dir", str(data_dir), "--model-name", model_name, "--preset", "tiny"]
-    return pretrain.main([*argv, "--hparams", hparams(**overrides)])
-
-
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
     """8 uninterrupted steps, a checkpoint every 2."""
     data = write_corpus(tmp_path_factory.mktemp("resume") / "data")
-    assert _main(data, "straight", num_train_steps=8) == 0
+    assert run_pretrain(data, "straight", num_train_steps=8) == 0
     return data
 
 
@@ -47,7 +43,7 @@ def test_resumed_run_equals_the_uninterrupted_run(straight_run, capsys):
             shutil.copy(models / "straight" / name, models / "resumed" / name)
     (models / "resumed" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
     capsys.readouterr()
-    assert _main(data, "resumed", num_train_steps=8) == 0
+    assert run_pretrain(data, "resumed", num_train_steps=8) == 0
     out = capsys.readouterr().out
     assert "Resuming from" in out and "ckpt-4 (step 4)" in out
     assert "step 2/8" not in out and "step 8/8" in out
@@ -72,7 +68,7 @@ def test_a_fresh_process_starts_from_the_same_weights(tmp_path):
     data = write_corpus(tmp_path / "data", num_records=8)
     for name, python_seed in (("first", 1), ("second", 2)):
         random.seed(python_seed)
-        assert _main(data, name, num_train_steps=1) == 0
+        assert run_pretrain(data, name, num_train_steps=1) == 0
     first = checkpoint_values(str(data / "models" / "first" / "ckpt-1"))
     second = checkpoint_values(str(data / "models" / "second" / "ckpt-1"))
     weights = [k for k in first if k.startswith("model/") and "rng" not in k]
