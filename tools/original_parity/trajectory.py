@@ -120,6 +120,14 @@ def tolerance_band(drift, factor: float, floor) -> list[float]:
     return [factor * m + f for m, f in zip(running_max(drift), floors, strict=True)]
 
 
+def outside(dev: list[float], band: list[float]) -> tuple[list[int], float]:
+    """The steps whose deviation is outside the band (NaN counts as outside), and the largest
+    deviation / band ratio over the steps with a band above 0."""
+    bad = [t for t in range(len(dev)) if not dev[t] <= band[t]]
+    ratios = [d / b for d, b in zip(dev, band, strict=True) if b > 0]
+    return bad, max(ratios, default=0.0)
+
+
 def evaluate(curves: dict, factor: float, loss_rtol: float, weight_floor: float) -> dict:
     """The verdict from per-step curves: `project_<loss>`, `original_<loss>`,
     `reference_<loss>` (the perturbed original) for each of LOSSES, `weight_distance`
@@ -141,8 +149,8 @@ def evaluate(curves: dict, factor: float, loss_rtol: float, weight_floor: float)
         out["bands"][name] = band
         out[f"deviation_{name}"] = dev
         out["max_loss_deviation"] = max(out["max_loss_deviation"], max(dev, default=0.0))
-        bad = [t for t in range(steps) if not dev[t] <= band[t]]
-        worst_ratio = max([worst_ratio] + [dev[t] / band[t] for t in range(steps) if band[t] > 0])
+        bad, ratio = outside(dev, band)
+        worst_ratio = max(worst_ratio, ratio)
         if bad:
             t = bad[0]
             out["failures"].append(
@@ -154,8 +162,8 @@ def evaluate(curves: dict, factor: float, loss_rtol: float, weight_floor: float)
     band = tolerance_band(curves["reference_weight_distance"], factor, weight_floor)
     out["bands"]["weights"] = band
     out["max_weight_distance"] = max(dev, default=0.0)
-    bad = [t for t in range(steps) if not dev[t] <= band[t]]
-    worst_ratio = max([worst_ratio] + [dev[t] / band[t] for t in range(steps) if band[t] > 0])
+    bad, ratio = outside(dev, band)
+    worst_ratio = max(worst_ratio, ratio)
     if bad:
         t = bad[0]
         out["failures"].append(
