@@ -172,3 +172,19 @@ def test_partial_kerashub_preset_is_a_clear_cli_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "a KerasHub preset" in err and "model.weights.h5" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_vocabulary_goes_with_the_weights(tmp_path, capsys):
+    """vocab.txt beside the input (or --vocab-file) is written beside the converted weights."""
+    _tf1_checkpoint(tmp_path / "orig")
+    (tmp_path / "orig" / "vocab.txt").write_text("[PAD]\n[UNK]\nbeside\n")
+    (tmp_path / "other.txt").write_text("[PAD]\n[UNK]\ngiven\n")
+    args = ["--input", str(tmp_path / "orig")]
+    assert convert.main(["--to", "original", *args, "--output", str(tmp_path / "o1")]) == 0
+    assert (tmp_path / "o1" / "vocab.txt").read_text() == "[PAD]\n[UNK]\nbeside\n"
+    given = ["--vocab-file", str(tmp_path / "other.txt")]
+    assert convert.main(["--to", "hf", *args, *given, "--output", str(tmp_path / "o2")]) == 0
+    assert (tmp_path / "o2" / "vocab.txt").read_text() == "[PAD]\n[UNK]\ngiven\n"
+    missing = ["--vocab-file", str(tmp_path / "nope.txt")]
+    assert convert.main(["--to", "hf", *args, *missing, "--output", str(tmp_path / "o3")]) == 2
+    assert "nope.txt" in capsys.readouterr().err and not (tmp_path / "o3").exists()
