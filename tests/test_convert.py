@@ -119,3 +119,72 @@ def test_float16_discriminator_only_hf_loads_back_into_a_float32_model(tmp_path,
     assert sorted(loaded) == sorted(n for n in values if n.startswith(("electra/", "discrim")))
     for name, value in loaded.items():
         np.testing.assert_array_equal(value, values[name].astype(np.float16).astype(np.float32))
+
+
+def test_dry_run_to_modelgarden_and_kerashub_names_every_tensor(tmp_path, capsys):
+    """Hidden 256 = 4 heads of 64: Model Garden's and KerasHub's attention kernels are
+    [H, heads, 64] and [heads, 64, H]; the shared embeddings go to both networks."""
+    shapes, _ = _tf1_checkpoint(tmp_path / "orig")
+    base = ["--input", str(tmp_path / "orig"), "--output", str(tmp_path / "o"), "--dry-run"]
+    assert convert.main(["--to", "modelgarden", *base]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert (
+        "electra/encoder/layer_0/attention/self/query/kernel [256, 256] -> "
+        "encoder/_transformer_layers/0/_attention_layer/_query_dense/kernel [256, 4, 64]" in printed
+    )
+    assert (
+        "generator/encoder/layer_0/attention/output/dense/kernel [64, 64] -> model/generator_"
+        "network/_transformer_layers/0/_attention_layer/_output_dense/kernel [1, 64, 64]" in printed
+    )
+    assert "electra/embeddings/word_embeddings [50, 128] -> model/generator_network/" \
+        "_embedding_layer/embeddings [50, 128]" in printed  # fmt: skip
+    assert "generator_predictions/output_bias [50] -> model/masked_lm/output_bias.Sbias [50]" in (
+        printed
+    )
+    assert set(shapes) <= {line.split(" ")[0] for line in printed if " -> " in line}
+    assert not [line for line in printed if "no place" in line]
+    assert convert.main(["--to", "kerashub", *base]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert (
+        "electra/encoder/layer_0/attention/output/dense/kernel [256, 256] -> "
+        "transformer_layer_0/self_attention_layer/attention_output/kernel [4, 64, 256]" in printed
+    )
+    assert "electra/embeddings/token_type_embeddings [2, 128] -> " \
+        "generator/segment_embedding/embeddings [2, 128]" in printed  # fmt: skip
+    assert (
+        "discriminator_predictions/dense_1/kernel [256, 1] -> "
+        "electra_heads.safetensors:discriminator_predictions/dense_1/kernel [256, 1]" in printed
+    )
+    assert not [line for line in printed if "no place" in line]
+    assert not (tmp_path / "o").exists()
+
+
+def test_partial_kerashub_preset_is_a_clear_cli_error(tmp_path, capsys):
+    """A folder that is a KerasHub preset by its config.json but lacks the weights file."""
+    preset = tmp_path / "preset"
+    preset.mkdir()
+    (preset / "config.json").write_text(
+        '{"module": "keras_hub.src.models.electra.electra_backbone", "class_name": '
+        '"ElectraBackbone", "config": {}, "registered_name": "keras_hub>ElectraBackbone"}'
+    )
+    rc = convert.main(["--to", "native", "--input", str(preset), "--output", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "a KerasHub preset" in err and "model.weights.h5" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_vocabulary_goes_with_the_weights(tmp_path, capsys):
+    """vocab.txt beside the input (or --vocab-file) is written beside the converted weights."""
+    _tf1_checkpoint(tmp_path / "orig")
+    (tmp_path / "orig" / "vocab.txt").write_text("[PAD]\n[UNK]\nbeside\n")
+    (tmp_path / "other.txt").write_text("[PAD]\n[UNK]\ngiven\n")
+    args = ["--input", str(tmp_path / "orig")]
+    assert convert.main(["--to", "original", *args, "--output", str(tmp_path / "o1")]) == 0
+    assert (tmp_path / "o1" / "vocab.txt").read_text() == "[PAD]\n[UNK]\nbeside\n"
+    given = ["--vocab-file", str(tmp_path / "other.txt")]
+    assert convert.main(["--to", "hf", *args, *given, "--output", str(tmp_path / "o2")]) == 0
+    assert (tmp_path / "o2" / "vocab.txt").read_text() == "[PAD]\n[UNK]\ngiven\n"
+    missing = ["--vocab-file", str(tmp_path / "nope.txt")]
+    assert convert.main(["--to", "hf", *args, *missing, "--output", str(tmp_path / "o3")]) == 2
+    assert "nope.txt" in capsys.readouterr().err and not (tmp_path / "o3").exists()

@@ -1,9 +1,10 @@
-"""Weights in and out of the three checkpoint formats: native, original (TF1) and Hugging Face.
+"""Weights in and out of the checkpoint formats: native, original (TF1), Hugging Face, Model
+Garden and KerasHub.
 
 Every format is read into, or written from, one neutral form (`weights.SourceWeights`): a dict
 of NumPy arrays keyed by the ORIGINAL TF1 variable names (docs/faithfulness.md, section 9),
 which are also the keys of every model's `variable_map()`. So there is one name map per foreign
-format (HF: `hf`) and none for our own models.
+format (`hf`, `modelgarden`, `kerashub`) and none for our own models.
 
 - native (`native`): this project's object-based `tf.train.Checkpoint(model=ElectraPretrainer)`,
   a prefix or a directory (latest checkpoint), with the resolved `config.json` beside it.
@@ -11,6 +12,10 @@ format (HF: `hf`) and none for our own models.
   releases it.
 - hf (`hf`): `discriminator/` and/or `generator/` folders of config.json + model.safetensors,
   or one such folder on its own.
+- modelgarden (`modelgarden`): tf-models-official's object-based checkpoints,
+  `Checkpoint(encoder=BertEncoder, model=ElectraPretrainer)`, with `generator/` beside.
+- kerashub (`kerashub`): a KerasHub ElectraBackbone + ElectraTokenizer preset directory (Keras 3;
+  keras-hub is imported only to read or write one).
 
 `load_weights(model, path)` loads a checkpoint into a built model; `pretrained.read_pretrained`
 reads one once for a fine-tuning run or an export. `save_weights(...)` and
@@ -25,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from electra_tf.atomic_io import replace_dir
-from electra_tf.checkpoints import hf
+from electra_tf.checkpoints import hf, kerashub, modelgarden
 from electra_tf.checkpoints.config_inference import config_from_models, infer_config
 from electra_tf.checkpoints.files import (
     CONFIG_FILE,
@@ -52,19 +57,43 @@ from electra_tf.checkpoints.weights import (
 )
 from electra_tf.config import ModelConfig, PretrainingConfig
 
-FORMATS = ("native", "original", "hf")
+FORMATS = ("native", "original", "hf", "modelgarden", "kerashub")
+VOCAB_FILE = "vocab.txt"  # the tokenizer's vocabulary, copied beside every export but KerasHub's
 
 
 def detect_format(path: str) -> str:
-    """'hf' for a folder with HF config.json files, else 'native' or 'original' by its keys."""
-    if os.path.isdir(path) and hf.is_hf_dir(path):
-        return "hf"
+    """'kerashub' for a KerasHub preset folder, 'hf' for a folder with HF config.json files,
+    else 'native', 'modelgarden' or 'original' by the checkpoint's keys. A folder that is only
+    partly one of these (a preset without its weights file, a Model Garden encoder_config.json
+    without a checkpoint) is a CheckpointError naming the format it found."""
+    if os.path.isdir(path):
+        if kerashub.is_kerashub_dir(path):
+            kerashub.check_preset(path)
+            return "kerashub"
+        if hf.is_hf_dir(path):
+            return "hf"
+        if modelgarden.is_export_dir(path):
+            try:
+                resolve_prefix(path)
+            except CheckpointError:
+                raise CheckpointError(
+                    f"{path}: a Model Garden export ({modelgarden.ENCODER_CONFIG_FILE}) without "
+                    "its checkpoint (no `checkpoint` file or ckpt-*.index)"
+                ) from None
     prefix = resolve_prefix(path)
     try:
         names = open_checkpoint(prefix).get_variable_to_shape_map()
     except CheckpointError as e:  # a damaged index: name the older checkpoint that reads
         raise damaged_or(prefix, e) from None
-    return "native" if "_CHECKPOINTABLE_OBJECT_GRAPH" in names else "original"
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
+        return "original"
+    return "modelgarden" if modelgarden.is_modelgarden_checkpoint(names) else "native"
+
+
+def _check_format(fmt: str, auto: bool = True) -> None:
+    if fmt not in FORMATS:
+        choices = ("auto, " if auto else "") + ", ".join(FORMATS)
+        raise CheckpointError(f"format {fmt!r} is not one of {choices}")
 
 
 def read_weights(
@@ -73,9 +102,14 @@ def read_weights(
     """Reads any format into weights keyed by original names (`fmt="auto"` detects it)."""
     if fmt == "auto":
         fmt = detect_format(path)
-    readers = {"native": read_native, "original": read_original, "hf": hf.read_hf}
-    if fmt not in readers:
-        raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
+    readers = {
+        "native": read_native,
+        "original": read_original,
+        "hf": hf.read_hf,
+        "modelgarden": modelgarden.read_modelgarden,
+        "kerashub": kerashub.read_kerashub,
+    }
+    _check_format(fmt)
     return readers[fmt](path, config)
 
 
@@ -92,7 +126,12 @@ def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
         return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
     if fmt == "hf":
         return hf.read_pretraining_config(path)
-    raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
+    if fmt == "modelgarden":
+        return modelgarden.read_modelgarden_config(path)
+    if fmt == "kerashub":
+        return kerashub.read_kerashub_config(path)
+    _check_format(fmt)
+    raise AssertionError(fmt)
 
 
 def load_weights(
@@ -115,7 +154,9 @@ def load_weights(
 
 def _written_by_us(entry: str) -> bool:
     return (
-        entry in ("checkpoint", CONFIG_FILE, hf.DISCRIMINATOR, hf.GENERATOR)
+        entry in ("checkpoint", CONFIG_FILE, hf.DISCRIMINATOR, hf.GENERATOR, VOCAB_FILE)
+        or entry == modelgarden.ENCODER_CONFIG_FILE
+        or entry in kerashub.WRITTEN
         or entry.endswith(".index")
         or ".data-" in entry
     )
@@ -166,17 +207,14 @@ def save_weights(
     config = config or getattr(model, "config", None)
     if isinstance(config, ModelConfig):  # a bare encoder or a fine-tuning model's encoder
         config = config_from_models(config, None, where=type(model).__name__)
-    if fmt not in FORMATS:
-        raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-    if fmt == "hf" and not isinstance(config, PretrainingConfig):
-        raise CheckpointError("an HF export needs the model's PretrainingConfig (config=...)")
+    _check_format(fmt, auto=False)
+    if fmt in ("hf", "modelgarden", "kerashub") and not isinstance(config, PretrainingConfig):
+        raise CheckpointError(f"a {fmt} export needs the model's PretrainingConfig (config=...)")
     with _output_dir(path, overwrite) as tmp:
         if fmt == "native":
             write_native_files(model, tmp, config, global_step)
-        elif fmt == "original":
-            write_original_files(model_weights(model), tmp, global_step)
         else:
-            hf.write_hf_files(model_weights(model), tmp, config)
+            _write_foreign(model_weights(model), tmp, fmt, config, global_step, None)
 
 
 def _generator_names(names) -> bool:
@@ -228,12 +266,36 @@ def check_accounted(variables: dict, source: SourceWeights, kind: str) -> None:
     )
 
 
-def write_weights(source: SourceWeights, path: str, fmt: str, overwrite: bool = False) -> None:
+def _write_foreign(
+    weights, directory: str, fmt: str, config, global_step: int | None, vocab: str | None
+) -> None:
+    """Writes `weights` in a format other than native into the existing `directory`; the
+    vocabulary goes into the KerasHub tokenizer, or beside the weights as vocab.txt."""
+    if fmt == "original":
+        write_original_files(weights, directory, global_step)
+    elif fmt == "hf":
+        hf.write_hf_files(weights, directory, config)
+    elif fmt == "modelgarden":
+        modelgarden.write_modelgarden_files(weights, directory, config, global_step)
+    else:
+        kerashub.write_kerashub_files(weights, directory, config, vocab)
+        return
+    if vocab is not None:
+        shutil.copyfile(vocab, os.path.join(directory, VOCAB_FILE))
+
+
+def write_weights(
+    source: SourceWeights,
+    path: str,
+    fmt: str,
+    overwrite: bool = False,
+    vocab_file: str | None = None,
+) -> None:
     """Writes weights read by `read_weights` in another format. What the source holds must be
     complete: a pre-training checkpoint, a discriminator (encoder + head) or an encoder, each
-    as a native checkpoint of that kind; or (original/hf only) a generator on its own."""
-    if fmt not in FORMATS:
-        raise CheckpointError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    as a native checkpoint of that kind; or (original/hf only) a generator on its own.
+    `vocab_file`: the tokenizer's vocabulary, written with the weights (see `_write_foreign`)."""
+    _check_format(fmt, auto=False)
     kind, model = check_complete(source)
     if fmt == "native":
         if model is None:
@@ -245,7 +307,7 @@ def write_weights(source: SourceWeights, path: str, fmt: str, overwrite: bool = 
     with _output_dir(path, overwrite) as tmp:
         if fmt == "native":
             write_native_files(model, tmp, source.config, source.global_step)
-        elif fmt == "original":
-            write_original_files(source.weights, tmp, source.global_step)
+            if vocab_file is not None:
+                shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB_FILE))
         else:
-            hf.write_hf_files(source.weights, tmp, source.config)
+            _write_foreign(source.weights, tmp, fmt, source.config, source.global_step, vocab_file)

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 
-from electra_tf.checkpoints import formats
+from electra_tf.checkpoints import formats, kerashub
 from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
 from electra_tf.checkpoints.weights import SourceWeights
@@ -25,10 +25,11 @@ VOCAB_FILE = "vocab.txt"  # beside a shipped model's weights (`pretrained/<name>
 class PretrainedModel:
     """A checkpoint of any format, its format detected and its config read, once.
 
-    `path`: the folder or checkpoint prefix as given. `fmt`: "native", "original" or "hf".
+    `path`: the folder or checkpoint prefix as given. `fmt`: one of `formats.FORMATS`.
     `config`: the PretrainingConfig given to `read_pretrained`, else the checkpoint's own (a
-    native checkpoint's config.json, an original one's shapes, an HF folder's config.json
-    files). `vocab_file`: the `vocab.txt` beside the weights, None when there is none.
+    native checkpoint's config.json, an original or Model Garden one's shapes, the HF or
+    KerasHub config.json files). `vocab_file`: the `vocab.txt` beside the weights (a KerasHub
+    preset's tokenizer vocabulary), None when there is none.
     """
 
     path: str
@@ -51,9 +52,9 @@ def _read_weights(model: PretrainedModel) -> SourceWeights:
     """The tensors of `model`, read with its config (no second detection, no second read)."""
     source = formats.read_weights(model.path, model.fmt, model.config)
     untied = "generator/embeddings/word_embeddings" in source.weights
-    if model.fmt == "hf" and not model.config_given and untied:
-        # HF generator embedding tables as wide as the discriminator's are told apart from the
-        # shared ones by their values only: what `hf.read_hf` concludes from the tensors.
+    if model.fmt in ("hf", "kerashub") and not model.config_given and untied:
+        # HF and KerasHub generator embedding tables as wide as the discriminator's are told
+        # apart from the shared ones by their values only: what the reader concludes from them.
         config = dataclasses.replace(model.config, untied_generator_embeddings=True)
         source.config = config.resolve()
     return source
@@ -66,7 +67,8 @@ def read_pretrained(
     `config` is given); the weights wait for `PretrainedModel.weights()`.
 
     `path`: a native checkpoint (folder or prefix, config.json beside it), an original TF1
-    checkpoint, or a Hugging Face folder (one model, or `discriminator/` + `generator/`).
+    checkpoint, a Hugging Face folder (one model, or `discriminator/` + `generator/`), a Model
+    Garden checkpoint or a KerasHub preset folder.
     """
     if fmt == "auto":
         fmt = formats.detect_format(path)
@@ -75,27 +77,36 @@ def read_pretrained(
     given = config is not None
     if config is None:
         config = formats.read_config(path, fmt)
+    return PretrainedModel(path, fmt, config, find_vocab(path, fmt), given)
+
+
+def find_vocab(path: str, fmt: str) -> str | None:
+    """The vocabulary that came with a checkpoint: a KerasHub preset's tokenizer vocabulary,
+    else `vocab.txt` in the checkpoint's folder; None when there is none."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if fmt == "kerashub" and kerashub.vocab_file(folder):
+        return kerashub.vocab_file(folder)
     vocab = os.path.join(folder, VOCAB_FILE)
-    vocab_file = vocab if os.path.isfile(vocab) else None
-    return PretrainedModel(path, fmt, config, vocab_file, given)
+    return vocab if os.path.isfile(vocab) else None
 
 
 def saved_config(*places: str) -> PretrainingConfig | None:
     """The PretrainingConfig saved (as config.json) in the first of `places` that holds one:
-    a folder, or a checkpoint prefix's folder. A Hugging Face config.json is not one."""
+    a folder, or a checkpoint prefix's folder. A Hugging Face or KerasHub config.json is not one."""
     for place in places:
         folder = place if os.path.isdir(place) else os.path.dirname(place)
         path = os.path.join(folder, CONFIG_FILE)
-        if os.path.isfile(path) and not _is_hf_config(path):
+        if os.path.isfile(path) and not _is_foreign_config(path):
             return read_config_file(path)
     return None
 
 
-def _is_hf_config(path: str) -> bool:
-    """Only an HF config.json has `model_type` (see `hf.is_hf_dir`)."""
+def _is_foreign_config(path: str) -> bool:
+    """Only an HF config.json has `model_type` (see `hf.is_hf_dir`), only a KerasHub one
+    `registered_name` (see `kerashub.preset_class`)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return "model_type" in json.load(f)
+            values = json.load(f)
     except (OSError, ValueError):
         return False
+    return isinstance(values, dict) and ("model_type" in values or "registered_name" in values)

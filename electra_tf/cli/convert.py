@@ -1,13 +1,15 @@
-"""Convert ELECTRA weights between this project's checkpoints, the original TF1 layout and
-Hugging Face safetensors folders.
+"""Convert ELECTRA weights between this project's checkpoints, the original TF1 layout,
+Hugging Face safetensors folders, Model Garden checkpoints and KerasHub presets.
 
     python -m electra_tf.convert --from original --to hf --input electra_small \\
         --output electra_small_hf [--config config.json] [--dry-run] [--overwrite]
 
 `--from auto` (the default) detects the input format. `--dry-run` prints every
 "source name [shape] -> target name [shape]" line and writes nothing. An existing output is
-replaced only with `--overwrite`. The name maps live in `electra_tf/checkpoints/hf.py` (HF) and
-in each model's `variable_map()` (native); see the README's checkpoints section.
+replaced only with `--overwrite`. The name maps live in `electra_tf/checkpoints/hf.py`,
+`modelgarden.py` and `kerashub.py`, and in each model's `variable_map()` (native); see
+docs/checkpoints.md. The tokenizer's vocabulary (`--vocab-file`, else the one found with the
+input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from electra_tf.config import ConfigError, PretrainingConfig
 
 # The formats `electra_tf.checkpoints` reads and writes (its FORMATS; kept here so that --help
 # imports no TensorFlow, and checked equal by tests/test_reliability.py).
-FORMATS = ("native", "original", "hf")
+FORMATS = ("native", "original", "hf", "modelgarden", "kerashub")
 # Variable scopes that belong to the generator alone (the embeddings are the discriminator's).
 GENERATOR_SCOPES = (
     "generator/",
@@ -59,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="PretrainingConfig JSON (saved config or overrides); default: config.json beside "
         "a native checkpoint, the HF config.json files, or inferred from shapes",
     )
+    parser.add_argument(
+        "--vocab-file",
+        help="the vocabulary to write with the weights (a KerasHub preset's tokenizer, vocab.txt "
+        "elsewhere); default: the one with the input (vocab.txt beside it, a KerasHub preset's "
+        "own, a native run's vocab_file), if any",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the mapping, write nothing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     parser.add_argument(
@@ -74,6 +82,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _new_format_lines(source, dst: str, native_vars) -> list[str]:
+    """The dry run's lines when the source or the target is a Model Garden or KerasHub one
+    (their name tables live in their modules; `mapping.mapping_lines` knows the others)."""
+    from electra_tf.checkpoints import kerashub, mapping, modelgarden
+
+    tables = {"modelgarden": modelgarden.target_names, "kerashub": kerashub.target_names}
+    masked_lm = not source.config.has_discriminator
+
+    def names(fmt: str, name: str, shape) -> list[tuple[str, tuple]]:
+        if fmt in tables:
+            return tables[fmt](name, shape, source.config)
+        return mapping._names_in(fmt, name, shape, native_vars or {}, masked_lm)
+
+    lines, no_place = [], []
+    for name in sorted(source.weights):
+        shape = source.weights[name].shape
+        sources = names(source.fmt, name, shape)[:1]  # a shared tensor is read from one place
+        targets = names(dst, name, shape)
+        if not targets:
+            no_place.append(name)
+        for src, src_shape in sources:
+            for target, target_shape in targets:
+                lines.append(
+                    f"{src} {mapping._shape(src_shape)} -> {target} {mapping._shape(target_shape)}"
+                )
+    lines += [f"{n} -> (no place in {dst})" for n in no_place]
+    lines += [f"{n} -> (skipped: optimizer slot / step)" for n in source.skipped]
+    lines += [f"{n} -> (unused: not an ELECTRA variable)" for n in source.unused]
+    return lines
+
+
 def _dry_run(source, dst: str) -> None:
     """Prints every "source name [shape] -> target name [shape]" line; writes nothing. The same
     completeness check as a real conversion; native maps to its model."""
@@ -86,11 +125,32 @@ def _dry_run(source, dst: str) -> None:
         if model is None:
             raise checkpoints.CheckpointError(f"a {kind} on its own has no native form")
         native_vars = model.variable_map()
-    print("\n".join(mapping_lines(source, dst, native_vars)))
+    if {source.fmt, dst} & {"modelgarden", "kerashub"}:
+        print("\n".join(_new_format_lines(source, dst, native_vars)))
+    else:
+        print("\n".join(mapping_lines(source, dst, native_vars)))
     step = "none" if source.global_step is None else source.global_step
     print(
         f"# {len(source.weights)} tensors, {source.fmt} -> {dst}, global_step {step}; nothing written"
     )
+
+
+def _vocab_file(args: argparse.Namespace, source) -> str | None:
+    """--vocab-file, else the vocabulary that came with the input (a native run's config names
+    its own), else None."""
+    import os
+
+    from electra_tf.checkpoints.pretrained import find_vocab
+
+    if args.vocab_file:
+        if not os.path.isfile(args.vocab_file):
+            raise FileNotFoundError(f"--vocab-file {args.vocab_file}: no such file")
+        return args.vocab_file
+    found = find_vocab(args.input, source.fmt)
+    if found is None and source.fmt == "native":
+        recorded = source.config.resolved_vocab_file()
+        found = recorded if os.path.isfile(recorded) else None
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             _dry_run(source, args.dst)
             return 0
-        checkpoints.write_weights(source, args.output, args.dst, overwrite=args.overwrite)
-    except (checkpoints.CheckpointError, ConfigError, HFFormatError, SafetensorsError) as e:
+        vocab = _vocab_file(args, source)
+        checkpoints.write_weights(
+            source, args.output, args.dst, overwrite=args.overwrite, vocab_file=vocab
+        )
+    except (
+        checkpoints.CheckpointError,
+        ConfigError,
+        HFFormatError,
+        SafetensorsError,
+        FileNotFoundError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except tf.errors.OpError as e:  # what the checkpoint readers did not foresee: still one line
