@@ -35,6 +35,8 @@ MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 DEFAULT_QUERY_BLOCKS = 2
 OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
+# The formats `init_checkpoint_format` may name (electra_tf.checkpoints.FORMATS, plus auto).
+INIT_CHECKPOINT_FORMATS = ("auto", "native", "original", "hf", "modelgarden", "kerashub")
 
 
 class ConfigError(ValueError):
@@ -345,7 +347,7 @@ class PretrainingConfig:
     # Adam's bias correction of its moments; the original's AdamW has none.
     adam_bias_correction: bool = False
     init_checkpoint: str | None = None  # continue pre-training from these weights
-    init_checkpoint_format: str = "auto"  # auto | native | original | hf
+    init_checkpoint_format: str = "auto"  # auto | native | original | hf | modelgarden | kerashub
     init_step: int | None = None  # step the LR schedule starts from with init_checkpoint
     pretrain_tfrecords: str | None = (
         None  # None -> <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*
@@ -430,6 +432,11 @@ class PretrainingConfig:
         if self.precision not in ("auto", "float32", "mixed_bfloat16", "mixed_float16"):
             raise ConfigError(
                 f"precision: {self.precision!r} is not auto/float32/mixed_bfloat16/mixed_float16"
+            )
+        if self.init_checkpoint_format not in INIT_CHECKPOINT_FORMATS:
+            raise ConfigError(
+                f"init_checkpoint_format: {self.init_checkpoint_format!r} is not one of "
+                + "/".join(INIT_CHECKPOINT_FORMATS)
             )
         if not isinstance(self.jit_compile, bool) and self.jit_compile != "auto":
             raise ConfigError(f'jit_compile: {self.jit_compile!r} is not true, false or "auto"')

@@ -73,3 +73,20 @@ def test_save_config_roundtrip(tmp_path):
     cfg.save_config(c, str(tmp_path / "config.json"))
     loaded = json.loads((tmp_path / "config.json").read_text())
     assert loaded["embedding_size"] == 128
+
+
+def test_init_checkpoint_formats_are_the_readable_ones():
+    from electra_tf import checkpoints
+    from electra_tf.finetuning.config import finetuning_config
+
+    # The configs accept exactly the formats the checkpoint readers know, plus auto.
+    assert set(cfg.INIT_CHECKPOINT_FORMATS) == {"auto", *checkpoints.FORMATS}
+    for fmt in ("modelgarden", "kerashub"):
+        assert cfg.pretraining_config(hparams={"init_checkpoint_format": fmt})
+        assert finetuning_config("m", "d", {"init_checkpoint_format": fmt}, tasks="sst")
+    for build in (
+        lambda h: cfg.pretraining_config(hparams=h),
+        lambda h: finetuning_config("m", "d", h, tasks="sst"),
+    ):
+        with pytest.raises(cfg.ConfigError, match="init_checkpoint_format: 'tf2'"):
+            build({"init_checkpoint_format": "tf2"})

@@ -8,6 +8,8 @@
 | `native`           | this project's object-based checkpoints (`ckpt-<step>` + config.json) |
 | `original`         | google-research/electra's TF1 name-based checkpoints                  |
 | `hf`, `safetensors_io` | Hugging Face folders (name map, config.json, safetensors files)   |
+| `modelgarden`      | tf-models-official `BertEncoder` / `ElectraPretrainer` checkpoints     |
+| `kerashub`         | KerasHub `ElectraBackbone` + `ElectraTokenizer` presets (keras_hub lazily) |
 | `config_inference` | a checkpoint's PretrainingConfig, from its shapes or HF configs       |
 | `training_state`   | `TrainingCheckpoints` (model + optimizer + step + data), resume checks |
 | `files`            | `CheckpointError`, `CONFIG_FILE`, prefixes and the `checkpoint` index file |

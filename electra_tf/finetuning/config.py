@@ -18,6 +18,7 @@ from typing import Any
 
 from electra_tf.atomic_io import write_json
 from electra_tf.config import (
+    INIT_CHECKPOINT_FORMATS,
     MODEL_SIZES,
     ConfigError,
     ModelConfig,
@@ -137,7 +138,7 @@ class FinetuningConfig:
     # "mean" (the mean of the final hidden states over real tokens).
     classifier_pooling: str = "cls"
     init_checkpoint: str | None = "auto"
-    init_checkpoint_format: str = "auto"  # auto | native | original | hf
+    init_checkpoint_format: str = "auto"  # auto | native | original | hf | modelgarden | kerashub
     vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt
     max_train_examples: int | None = None  # use only the first N train examples (quick runs)
     seed: int = 0  # trial t uses seed + t - 1
@@ -166,10 +167,10 @@ class FinetuningConfig:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
             )
-        if self.init_checkpoint_format not in ("auto", "native", "original", "hf"):
+        if self.init_checkpoint_format not in INIT_CHECKPOINT_FORMATS:
             raise ConfigError(
-                f"init_checkpoint_format: {self.init_checkpoint_format!r} is not "
-                "auto/native/original/hf"
+                f"init_checkpoint_format: {self.init_checkpoint_format!r} is not one of "
+                + "/".join(INIT_CHECKPOINT_FORMATS)
             )
         check_types(self)
         check_ranges(
