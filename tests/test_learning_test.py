@@ -159,7 +159,7 @@ def test_pretraining_on_shuffled_text_does_not(fast_random_accuracy):
 def test_full_protocol_over_seeds(tmp_path):
     """The command at equal CPU budgets, 3 seeds: the masked LM beats random initialisation by
     15+ points on every seed; ELECTRA's accuracy and its margins are reported, not asserted
-    (module docstring). About 15 CPU minutes."""
+    (module docstring). About 8 CPU minutes."""
     out = tmp_path / "learning_test.json"
     results = lt.main(["--seeds", "3", "--minutes", "1", "--json", str(out)])
     for seed, result in results.items():
