@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives parity parity-trajectory clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory clean-venv
 
 $(STAMP): requirements.txt requirements-interop.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -86,6 +86,11 @@ profile: $(STAMP)
 # build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
 	$(PY) -m bench.reliability_replay
+
+# The synthetic-language learning test (docs/learning-test.md): random init, masked LM and
+# ELECTRA; SEEDS (default 3) and MINUTES (CPU minutes of pre-training per objective, default 1).
+learning-test: $(STAMP)
+	$(PY) -m electra_tf.evaluation.learning_test --seeds $(or $(SEEDS),3) --minutes $(or $(MINUTES),1)
 
 # Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
 # (electra_tf/evaluation/compare_objectives.py; its docstring has the rules). MINUTES: per objective.
