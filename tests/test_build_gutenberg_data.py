@@ -48,3 +48,30 @@ def test_split_vocab_and_records(tmp_path, capsys):
     assert build_gutenberg_data.main(argv) == 0  # a rerun keeps everything
     assert "keeping" in capsys.readouterr().out
     assert before == {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
+
+
+def test_a_rerun_rebuilds_records_whose_build_was_stopped(tmp_path, capsys):
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(4):
+        words = [f"common{j % 7}" for j in range(200)] + [f"book{i}word{j}" for j in range(20)]
+        (books / f"pg{i}.txt").write_text(_book(words, "licencetext " * 5))
+    data = tmp_path / "data"
+    argv = ["--books-dir", str(books), "--data-dir", str(data), "--heldout-every", "2"]
+    argv += ["--vocab-size", "120", "--train-shards", "2", "--num-processes", "1"]
+    argv += ["--max-seq-length", "32"]
+    assert build_gutenberg_data.main(argv) == 0
+    records = data / "pretrain_tfrecords"
+    whole = sorted(os.listdir(records))
+    # What `kill -9` during the training split's build leaves: its lock and staging folder,
+    # no records (a first build) or the previous ones (a rebuild).
+    for name in whole:
+        (records / name).unlink()
+    (records / ".build.lock").write_text("{}")
+    (records / ".staging-abc123").mkdir()
+    (records / ".staging-abc123" / "pretrain_data.tfrecord-0-of-2.incomplete").write_bytes(b"x")
+    capsys.readouterr()
+    assert build_gutenberg_data.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"keeping {records}" not in out and f"keeping {data / 'tfrecords-heldout'}" in out
+    assert sorted(os.listdir(records)) == whole  # rebuilt whole, the scratch removed

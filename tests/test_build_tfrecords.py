@@ -329,3 +329,123 @@ def test_gutenberg_boilerplate_is_stripped_only_when_asked(tmp_path):
     assert list(gutenberg_body(iter(plain[:3]))) == plain[:3]
     lines = vocab_learning.corpus_lines(str(corpus), strip_gutenberg=True)
     assert sorted(line.strip() for line in lines) == sorted(book[3:5] + ["a1 b1 w3", "a1 b1 w4"])
+
+
+# ---------------------------------------------------------------- stopped builds
+def _our_files(folder):
+    """{name: contents} of the files a build writes (no scratch, lock or swap record); of the
+    summary, its counts but not its timing or the options that name folders."""
+    import json
+
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if p.is_file() and not p.name.startswith("."):
+            files[p.name] = p.read_bytes()
+            if p.name == "build_summary.json":
+                stats = json.loads(files[p.name])["stats"]
+                files[p.name] = {k: v for k, v in stats.items() if k != "seconds"}
+    return files
+
+
+def _children(pid):
+    """Pids whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process parents from /proc")
+def test_kill_9_mid_build_keeps_the_previous_build_and_a_rerun_restarts_cleanly(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    corpus = _corpus(tmp_path, n_files=24, docs_per_file=60)
+    vocab_file, _ = _vocab(tmp_path)
+    out = tmp_path / "out"
+    _build(tmp_path, corpus, vocab_file=vocab_file, seed=1)  # the previous build
+    previous = _our_files(out)
+    command = [
+        sys.executable, "-m", "electra_tf.cli.build_tfrecords", "--corpus-dir", str(corpus),
+        "--vocab-file", vocab_file, "--output-dir", str(out), "--max-seq-length", str(L),
+        "--num-out-files", "7", "--seed", "2", "--num-processes", "2", "--overwrite",
+        "--no-progress",
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=root)
+    proc = subprocess.Popen(command, env=env, cwd=root, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(n.endswith(".bin") for _, _, names in os.walk(out) for n in names):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no worker wrote examples in 120 s"
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    proc.kill()  # SIGKILL: no clean-up runs in the parent
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert workers, "the build had no worker processes"
+    deadline = time.monotonic() + 30
+    while any(_running(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [w for w in workers if _running(w)], "workers outlived the killed build"
+    # The previous build is whole; the stopped one left only its scratch and lock (hidden).
+    assert _our_files(out) == previous
+    assert all(n.startswith(".") for n in os.listdir(out) if n not in previous)
+
+    # The same command again starts afresh: its output is a clean build's, nothing is left.
+    rerun = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    _build(tmp_path, corpus, out="clean", vocab_file=vocab_file, seed=2, num_processes=1)
+    assert _our_files(out) == _our_files(tmp_path / "clean") != previous
+    assert sorted(os.listdir(out)) == sorted(previous)
+
+
+def test_a_swap_in_stopped_half_way_is_finished_not_mixed(tmp_path, monkeypatch):
+    from electra_tf.data import tfrecord_builder
+
+    corpus = _corpus(tmp_path)
+    vocab_file, _ = _vocab(tmp_path)
+    out = tmp_path / "out"
+    _build(tmp_path, corpus, vocab_file=vocab_file, seed=1, num_out_files=9)
+    previous = _our_files(out)
+    real_replace = os.replace
+    moved = []
+
+    def replace_then_stop(source, target):
+        if os.path.dirname(target) == str(out):  # the swap-in's renames, not the shards'
+            if len(moved) == 3:
+                raise KeyboardInterrupt  # Ctrl-C after three files were swapped in
+            moved.append(os.path.basename(target))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        _build(tmp_path, corpus, vocab_file=vocab_file, seed=2, overwrite=True)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert len(moved) == 3 and not tfrecord_builder.is_complete(str(out))
+    # Half of each build: what the record exists to finish (7 new shards replace 9 old).
+    assert _our_files(out) != previous and os.path.exists(out / tfrecord_builder.SWAP_RECORD)
+
+    assert tfrecord_builder.complete_swap_in(str(out))  # what the next build does first
+    _build(tmp_path, corpus, out="clean", vocab_file=vocab_file, seed=2)
+    assert _our_files(out) == _our_files(tmp_path / "clean")
+    assert tfrecord_builder.is_complete(str(out))
+    # The next build removes the finished swap's staging folder and builds as asked.
+    _build(tmp_path, corpus, vocab_file=vocab_file, seed=2, overwrite=True)
+    assert sorted(os.listdir(out)) == sorted(_our_files(tmp_path / "clean"))

@@ -15,6 +15,7 @@ book; other files (a manifest, a README) are not.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from electra_tf.cli.tfrecord_flags import run_build  # noqa: E402
 from electra_tf.data import vocab_learning  # noqa: E402
-from electra_tf.data.tfrecord_builder import BuildOptions  # noqa: E402
+from electra_tf.data.tfrecord_builder import BuildOptions, is_complete  # noqa: E402
 
 BOOK_SUFFIXES = (".txt", ".txt.gz", ".txt.xz")
 
@@ -89,10 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite,
             strip_gutenberg=True,
         )
+        if is_complete(options.output_dir) and not args.overwrite:
+            print(f"keeping {options.output_dir} (--overwrite rebuilds it)")
+            continue
         if os.path.isdir(options.output_dir) and os.listdir(options.output_dir):
-            if not args.overwrite:
-                print(f"keeping {options.output_dir} (--overwrite rebuilds it)")
-                continue
+            # A build of this tool's own folder that was stopped: start it again (only the
+            # builder's files are replaced).
+            options = dataclasses.replace(options, overwrite=True)
         if run_build(options):
             return 2
     return 0

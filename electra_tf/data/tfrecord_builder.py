@@ -12,6 +12,11 @@ features of exactly `max_seq_length`, see example_builder.py). Differences, all 
   then only files this builder writes are replaced. Every check runs before the output is
   touched; the build is written into a staging folder and swapped in when complete, under a
   lock that refuses a second build into the same directory. No examples at all is an error.
+- A stopped build (Ctrl-C, SIGTERM, `kill -9`, a crash) never leaves a mix of two builds:
+  stopped before the swap-in, it leaves the previous output as it was (the next build removes
+  its staging folder); stopped during the swap-in, the next build (or `complete_swap_in`)
+  finishes that swap first, from the list of files it recorded. The summary file is moved
+  last, so a folder with a summary and no swap record holds one whole build.
 - Bad input is counted and reported instead of raising (see corpus.py); a vocabulary missing
   a special token is an error naming it (load_vocab).
 - `blanks_separate_docs` can be turned off (the original's `type=bool` flag could not).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import multiprocessing
 import os
 import random
@@ -49,6 +55,7 @@ SUMMARY_FILE = "build_summary.json"
 LONG_LINE_EXAMPLES = 8  # a line with more tokens than this many examples is reported
 _OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")
 _SPOOL_PREFIX = ".spool-"
+SWAP_RECORD = ".swap-in.json"  # the files of a swap-in under way, for finishing it
 _STAGING_PREFIX = ".staging-"
 LOCK_FILE = ".build.lock"
 MIN_SEQ_LENGTH = 5  # [CLS] + two segments of at least one token + two [SEP]s
@@ -229,7 +236,8 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
     """Refuses a file, or a non-empty directory unless `overwrite`; touches nothing."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise FileExistsError(f"output path exists and is not a directory: {output_dir}")
-    entries = sorted(e for e in _listdir(output_dir) if not _is_scratch(e) and e != LOCK_FILE)
+    ours = (LOCK_FILE, SWAP_RECORD)
+    entries = sorted(e for e in _listdir(output_dir) if not _is_scratch(e) and e not in ours)
     if entries and not overwrite:
         raise FileExistsError(
             f"output directory {output_dir} is not empty ({len(entries)} entries, e.g. "
@@ -255,16 +263,55 @@ def _remove_scratch(output_dir: str) -> None:
 
 
 def _swap_in(staging: str, output_dir: str) -> None:
-    """Moves the finished build over the previous one: new files are renamed over old names
-    (each rename atomic), then old files the new build does not have are removed."""
-    new = sorted(os.listdir(staging))
-    for entry in new:
-        if _OUR_FILES.match(entry):
-            os.replace(os.path.join(staging, entry), os.path.join(output_dir, entry))
+    """Moves the finished build over the previous one. The list of its files is recorded
+    first, so a swap-in stopped half-way is finished by `complete_swap_in`."""
+    new = sorted(e for e in os.listdir(staging) if _OUR_FILES.match(e))
+    record = {"staging": os.path.basename(staging), "files": new}
+    write_json(os.path.join(output_dir, SWAP_RECORD), record)
+    _finish_swap(output_dir, record)
+
+
+def _finish_swap(output_dir: str, record: dict) -> None:
+    """New files renamed over old names (each rename atomic), the summary last; then old
+    files the new build does not have are removed, and the record."""
+    staging = os.path.join(output_dir, record["staging"])
+    lost = [
+        e
+        for e in record["files"]
+        if not os.path.exists(os.path.join(staging, e))
+        and not os.path.exists(os.path.join(output_dir, e))
+    ]
+    if lost:
+        raise CorpusError(
+            f"{output_dir}: an interrupted swap-in lost {len(lost)} file(s) (e.g. {lost[0]}) "
+            f"from {staging}; rebuild into a new folder"
+        )
+    for entry in sorted(record["files"], key=lambda e: e == SUMMARY_FILE):
+        source = os.path.join(staging, entry)
+        if os.path.exists(source):  # else moved before the stop
+            os.replace(source, os.path.join(output_dir, entry))
     for entry in _listdir(output_dir):
         path = os.path.join(output_dir, entry)
-        if _OUR_FILES.match(entry) and entry not in new and os.path.isfile(path):
+        if _OUR_FILES.match(entry) and entry not in record["files"] and os.path.isfile(path):
             os.remove(path)
+    os.remove(os.path.join(output_dir, SWAP_RECORD))
+
+
+def complete_swap_in(output_dir: str) -> bool:
+    """Finishes a swap-in that was stopped half-way (call under the directory's lock);
+    True if there was one. The staging folder then holds the rest of that build's files."""
+    path = os.path.join(output_dir, SWAP_RECORD)
+    if not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        _finish_swap(output_dir, json.load(f))
+    return True
+
+
+def is_complete(output_dir: str) -> bool:
+    """Whether `output_dir` holds one whole build (its summary, and no swap-in to finish)."""
+    summary = os.path.join(output_dir, SUMMARY_FILE)
+    return os.path.isfile(summary) and not os.path.exists(os.path.join(output_dir, SWAP_RECORD))
 
 
 class _Progress:
@@ -321,6 +368,12 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
     inputs = check_options(options)
     random.Random(options.seed).shuffle(inputs)  # the original shuffled its files too
     with RunLock(options.output_dir, LOCK_FILE, "output directory"):
+        if complete_swap_in(options.output_dir):
+            print(
+                f"finished the swap-in of a build stopped half-way: {options.output_dir} "
+                "holds that whole build",
+                file=sys.stderr,
+            )
         check_output_dir(options.output_dir, options.overwrite)  # again, now that it is ours
         _remove_scratch(options.output_dir)
         staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=options.output_dir)
@@ -336,7 +389,9 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
             _write_summary(options, stats, staging)
             _swap_in(staging, options.output_dir)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            # A swap-in stopped half-way keeps its staging folder: the next build finishes it.
+            if not os.path.exists(os.path.join(options.output_dir, SWAP_RECORD)):
+                shutil.rmtree(staging, ignore_errors=True)
     return stats
 
 

@@ -134,8 +134,9 @@ def reset_metrics(model: keras.Model) -> None:
         metric.reset_state()
 
 
-def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, jit: bool) -> Any:
-    """`fn(iterator, num_steps) -> real tokens seen`: many train steps per Python call."""
+def make_replica_step(model: keras.Model, jit: bool) -> Any:
+    """`fn(batch) -> real tokens in it`: one replica's train step, what `strategy.run` runs
+    (and what TPUStrategy compiles whole with XLA); `jit` compiles the update with XLA."""
     # `train_update` (the pretrainer's) skips reading the metrics after every step.
     update = getattr(model, "train_update", model.train_step)
     step_fn = tf.function(update, jit_compile=True) if jit else update
@@ -143,6 +144,13 @@ def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, ji
     def replica_step(batch: dict[str, tf.Tensor]) -> tf.Tensor:
         step_fn(batch)
         return tf.reduce_sum(tf.cast(batch["input_mask"], tf.int64))
+
+    return replica_step
+
+
+def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, jit: bool) -> Any:
+    """`fn(iterator, num_steps) -> real tokens seen`: many train steps per Python call."""
+    replica_step = make_replica_step(model, jit)
 
     # Tokens are summed over this worker's replicas only: a cross-worker int64 all-reduce in
     # the loop made MultiWorkerMirroredStrategy workers disagree on collective instance keys.
