@@ -580,14 +580,26 @@ class _Recorder:
             + " ".join(f"{k} {values[k]:.4f}" for k in METRICS)
             + f" ({time.time() - self.t0:.0f} s)"
         )
+        # The curve so far, after every point: a run stopped early still leaves it
+        # (`--report-only` compares the steps every run has reached).
+        self._write(complete=False)
 
-    def done(self) -> dict:
-        return {
+    def _write(self, complete: bool) -> dict:
+        result = {
             "side": self.side, "seed": self.args.seed, "steps": self.steps, "values": self.values,
             "seconds": round(time.time() - self.t0, 1),
             "cpu_seconds": round(time.process_time() - self.cpu0, 1),
             "mutation": self.args.mutation if self.side == "project" else None,
+            "complete": complete,
         }  # fmt: skip
+        partial = self.args.out + ".part"
+        with open(partial, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+        os.replace(partial, self.args.out)
+        return result
+
+    def done(self) -> dict:
+        return self._write(complete=True)
 
 
 # ============================================================================ orchestration
@@ -660,18 +672,27 @@ def child_main(args) -> int:
     if args.child == "prepare":
         prepare_eval_set(args, hp, args.out)
         return 0
-    res = run_original(args, hp) if args.child == "original" else run_project(args, hp)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(res, f)
+    if args.child == "original":
+        run_original(args, hp)
+    else:
+        run_project(args, hp)
     return 0
 
 
 def load_runs(runs_dir: str) -> list[dict]:
+    """The runs' curves in `runs_dir`, cut to the sample steps that every run has reached
+    (runs still going, or stopped, leave their curve so far)."""
     runs = []
     for name in sorted(os.listdir(runs_dir)):
         if name.endswith(".json"):
             with open(os.path.join(runs_dir, name), encoding="utf-8") as f:
                 runs.append(json.load(f))
+    if not runs:
+        raise SystemExit(f"ERROR: no run results (*.json) in {runs_dir}")
+    points = min(len(r["steps"]) for r in runs)
+    for r in runs:
+        r["steps"] = r["steps"][:points]
+        r["values"] = {k: v[:points] for k, v in r["values"].items()}
     return runs
 
 
@@ -785,10 +806,15 @@ def main(argv=None) -> int:
         runs = execute(args, hp, previous)
     curves, steps = collect(runs, args.mutation)
     result = verdict(curves, steps, args.k, args.max_outside)
+    partial = not all(r.get("complete", True) for r in runs)
     check.log("\n" + "\n".join(table_lines(result, args.print_every)))
     check.log("(original mean +- half the band width, project mean; * outside the band)\n")
     check.log("\n".join(summary_lines(result)))
     line = _verdict_line(result, args)
+    if partial:
+        line += (
+            f" [PARTIAL: the runs compared up to step {steps[-1] if steps else 0} of {args.steps}]"
+        )
     extra = {}
     for mutation in args.also_mutation:
         m_curves, _ = collect(runs, mutation)
@@ -804,6 +830,7 @@ def main(argv=None) -> int:
     meta = {
         "hparams": hp, "seeds": args.seeds, "k": args.k, "max_outside": args.max_outside,
         "mutation": args.mutation, "eval": f"{EVAL_BATCHES} x {EVAL_BATCH} records",
+        "partial": partial,
         "seconds": round(time.time() - t0, 1),
         "cpu_seconds": {f"{r['side']}_{r.get('mutation') or 'clean'}_{r['seed']}": r["cpu_seconds"] for r in runs},
     }  # fmt: skip
