@@ -195,11 +195,11 @@ def band_check(original, project, k: float = 3.0) -> dict:
 
 
 def verdict(curves: dict, steps: list[int], k: float, max_outside: float) -> dict:
-    """Band checks of every gated metric; `failures`: one line per metric with more than
-    `max_outside` (a fraction) of its points outside."""
+    """Band checks of every gated metric (of METRICS, those in `curves`); `failures`: one line
+    per metric with more than `max_outside` (a fraction) of its points outside."""
     result = {"bands": {}, "failures": [], "steps": steps}
     allowed = math.floor(max_outside * len(steps))
-    for name in METRICS:
+    for name in (m for m in METRICS if m in curves["original"]):
         band = band_check(curves["original"][name], curves["project"][name], k)
         result["bands"][name] = band
         if band["outside"] > allowed:
@@ -210,6 +210,47 @@ def verdict(curves: dict, steps: list[int], k: float, max_outside: float) -> dic
                 f"band [{band['lo'][t]:.4f}, {band['hi'][t]:.4f}] ({band['excursion_se'][t]:.1f} SE out)"
             )  # fmt: skip
     return result
+
+
+def simulated_seeds(rs, points: int, shift: float = 0.0, sd: float = 0.07):
+    """[3 seeds, points] of one metric: a falling curve, a per-seed offset that persists along
+    the curve and point noise, each with standard deviation `sd`; `shift` added."""
+    import numpy as np
+
+    t = np.arange(points)
+    return 5.0 / (1.0 + t) + rs.normal(size=[3, 1]) * sd + rs.normal(size=[3, points]) * sd + shift
+
+
+def calibrate(trials: int = 2000, seed: int = 0, k: float = 3.0, max_outside: float = 0.5) -> dict:
+    """The band rule on simulated seeds (`simulated_seeds`, 3 per side, 21 points): the share of
+    points outside when both sides come from one distribution, under this rule and under the
+    literal one (the original's range or 2 SE of the original's mean alone); how often the
+    verdict fails then, and how often with the project shifted by 3 seed standard deviations
+    (0.3: a seed's sd is 0.07 x sqrt 2)."""
+    import numpy as np
+
+    rs = np.random.RandomState(seed)
+    steps = list(range(21))
+    literal, ours, false_alarms, caught = [], [], 0, 0
+    for _ in range(trials):
+        o, p, moved = (simulated_seeds(rs, 21, shift) for shift in (0.0, 0.0, 0.3))
+        se_o = o.std(0, ddof=1) / np.sqrt(3)
+        inside = ((p.mean(0) >= o.min(0)) & (p.mean(0) <= o.max(0))) | (
+            np.abs(p.mean(0) - o.mean(0)) <= 2 * se_o
+        )
+        literal.append(1 - inside.mean())
+        ours.append(band_check(o, p, k)["outside"] / 21)
+        for project, counter in ((p, "false"), (moved, "caught")):
+            c = {"original": {METRICS[0]: o}, "project": {METRICS[0]: project}}
+            failed = bool(verdict(c, steps, k, max_outside)["failures"])
+            false_alarms += failed and counter == "false"
+            caught += failed and counter == "caught"
+    return {
+        "outside_literal_rule": float(np.mean(literal)),
+        "outside_this_rule": float(np.mean(ours)),
+        "failed_same_distribution": false_alarms / trials,
+        "failed_shift_3sd": caught / trials,
+    }
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -774,12 +815,18 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every curve, band and the verdict here")
     p.add_argument("--csv", help="write one row per metric and sample step here")
     p.add_argument("--print-every", type=int, default=5, help="table: every n-th sample point")
+    p.add_argument("--calibrate", action="store_true",
+                   help="only simulate the band rule on seeds from one distribution (no mirror)")  # fmt: skip
     for hidden in ("--child", "--out", "--eval-set", "--workdir"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return child_main(args)
+    if args.calibrate:
+        for key, value in calibrate(k=args.k, max_outside=args.max_outside).items():
+            check.log(f"{key}: {value:.1%}")
+        return 0
     if args.steps < 1 or args.every < 1 or args.seeds < 1 or args.jobs < 1:
         p.error("--steps, --every, --seeds and --jobs must be at least 1")
     from tools.original_parity import mutations
