@@ -867,7 +867,10 @@ def main(argv=None) -> int:
         m_curves, _ = collect(runs, mutation)
         m_result = verdict(m_curves, steps, args.k, args.max_outside)
         caught = "caught" if m_result["failures"] else "NOT caught"
-        extra[mutation] = {"verdict": f"{caught}: {_verdict_line(m_result, args)}",
+        m_line = f"{caught}: {_verdict_line(m_result, args)}"
+        if partial:
+            m_line += f" [PARTIAL: up to step {steps[-1] if steps else 0} of {args.steps}]"
+        extra[mutation] = {"verdict": m_line,
                            "failures": m_result["failures"], "curves": m_curves["project"],
                            "bands": m_result["bands"]}  # fmt: skip
         check.log(f"\nmutation {mutation} ({MUTATIONS.get(mutation) or mutations.ALL[mutation]}):")
