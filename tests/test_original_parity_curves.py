@@ -264,7 +264,7 @@ def test_real_curves_smoke(tmp_path):
     out = str(tmp_path / "curves.json")
     r = subprocess.run(
         [sys.executable, "-m", "tools.original_parity.curves", "--data-dir", data, "--seeds", "1",
-         "--steps", "4", "--every", "2", "--batch", "4", "--json", out],
+         "--steps", "4", "--every", "2", "--batch", "4", "--jobs", "2", "--json", out],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode in (0, 1), r.stderr[-2000:]
