@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory parity-curves clean-venv
 
 $(STAMP): requirements.txt requirements-interop.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -118,6 +118,12 @@ parity: $(STAMP)
 parity-trajectory: $(STAMP)
 	$(PY) -m tools.original_parity.trajectory $(if $(MIRROR),--mirror $(MIRROR),) \
 		$(if $(STEPS),--steps $(STEPS),)
+
+# Learning curves of both sides, each with its own randomness, on real text (DATA_DIR, default
+# data/default, built first). STEPS (default 2000), SEEDS per side (default 3).
+parity-curves: $(STAMP) $(if $(DATA_DIR),,default-data)
+	$(PY) -m tools.original_parity.curves $(if $(MIRROR),--mirror $(MIRROR),) --data-dir $(RUN_DATA_DIR) \
+		$(if $(STEPS),--steps $(STEPS),) $(if $(SEEDS),--seeds $(SEEDS),)
 
 clean-venv:
 	rm -rf $(VENV)
