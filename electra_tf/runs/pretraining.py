@@ -182,6 +182,9 @@ def _resume(run: _Run, strategy: tf.distribute.Strategy, pattern: str, stream: T
         run.iterator = resumed_input(config, strategy, pattern, optimizer, stream)
     elif config.init_checkpoint:
         _start_from_init_checkpoint(config, run.model, optimizer, stream)
+        if int(optimizer.iterations.numpy()):
+            # Step s reads from record s x batch, from `init_step` on as after any resume.
+            run.iterator = resumed_input(config, strategy, pattern, optimizer, stream)
 
 
 def _start_from_init_checkpoint(

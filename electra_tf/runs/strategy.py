@@ -72,17 +72,34 @@ def _multi_worker_strategy(timeout: float) -> tf.distribute.Strategy:
     Its constructor waits for every worker of TF_CONFIG without a time limit, deaf to
     SIGTERM and holding the GIL: a watchdog process prints a message naming the workers and
     ends the worker (SIGKILL, exit status 137) if it is not built in time. Once built,
-    TensorFlow's health check pings every peer, and a peer that misses its pings aborts the
-    collectives, which `run_steps` turns into `WorkerLostError`; its period and ping timeout
-    are scaled so that a dead peer is noticed within about `timeout` / 2."""
-    from tensorflow.python.distribute import collective_all_reduce_strategy
+    the coordination service's heartbeats (or, without it, TensorFlow's health check, scaled
+    the same way) find a peer dead after `timeout` s of silence, or a broken connection
+    at once; the collectives are aborted, which `run_steps` turns into `WorkerLostError`."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import collective_all_reduce_strategy, multi_worker_util
+    from tensorflow.python.eager import context
 
     # Class attributes are the only handle TensorFlow gives on its health check.
     extended = collective_all_reduce_strategy.CollectiveAllReduceExtended
     extended._check_health_interval = max(1, min(30, int(timeout / 4)))
     extended._check_health_timeout = max(1, min(10, int(timeout / 12)))
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    cluster = resolver.cluster_spec().as_dict()
+    spec = resolver.cluster_spec()
+    cluster = spec.as_dict()
+    if resolver.task_type in ("chief", "worker"):
+        # The coordination service (which the strategy would configure with TensorFlow's
+        # 10 s heartbeat timeout, and which then replaces the health check above) declares
+        # a worker dead after `timeout` s without a heartbeat: a busy worker is not one.
+        context.context().configure_coordination_service(
+            service_type="standalone",
+            service_leader=multi_worker_util.coordination_leader(spec),
+            coordinated_jobs=[
+                coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+                for job in ("chief", "worker")
+                if job in spec.jobs
+            ],
+            heartbeat_timeout_in_ms=int(timeout * 1000),
+        )
     me = f"{resolver.task_type} {resolver.task_id}"
     others = [
         f"{job} {index} ({address})"
