@@ -358,6 +358,9 @@ class PretrainingConfig:
     log_every_steps: int = 0  # console line period; 0 -> iterations_per_loop
     distribution_strategy: str = "default"  # default | mirrored | multi_worker_mirrored | tpu
     tpu: str | None = None
+    # multi_worker_mirrored: seconds to wait for every worker at start, and to notice a worker
+    # that stopped answering mid-run, before failing with a message (docs/distributed.md).
+    worker_timeout_seconds: float = 300.0
 
     # Derived (set by resolve()).
     max_predictions_per_seq: int | None = None
@@ -401,7 +404,12 @@ class PretrainingConfig:
         check_ranges(
             self,
             # 0 is allowed: it freezes the weights (tests score checkpoints that way).
-            positive=("generator_layers", "generator_hidden_size", "generator_initializer_range"),
+            positive=(
+                "generator_layers",
+                "generator_hidden_size",
+                "generator_initializer_range",
+                "worker_timeout_seconds",
+            ),
             at_least_one=(
                 "num_train_steps",
                 "train_batch_size",

@@ -50,35 +50,44 @@ def test_training_repeats_shuffles_and_drops_remainder(tmp_path):
     assert first_epoch != sorted(first_epoch)  # shuffled
 
 
-def test_comma_separated_globs_and_sharding(tmp_path):
+def test_comma_separated_globs(tmp_path):
     _files(tmp_path)
     pattern = f"{tmp_path}/*-0-of-3,{tmp_path}/*-2-of-3"
     ds = pretraining_dataset(pattern, 1, 16, is_training=False)
     assert len(list(ds)) == 10
-    context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=1)
-    ds = pretraining_dataset(str(tmp_path / "*"), 1, 16, is_training=False, input_context=context)
-    ids = [b["input_ids"].numpy()[0, 1] for b in ds]
-    assert ids == [11] * 5  # only the second file
 
 
-def test_fewer_files_than_pipelines_shards_records(tmp_path):
-    # One file, two workers: each reads every other record (an empty file shard would leave
-    # one worker without data and with a different input graph).
-    expected = _files(tmp_path, n_files=1, per_file=6)
-    seen = []
-    for pipeline in range(2):
-        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
-        ds = pretraining_dataset(
-            str(tmp_path / "*"), 1, 16, is_training=False, input_context=context
-        )
-        rows = [b["input_ids"].numpy()[0][:4].tolist() for b in ds]
-        assert len(rows) == 3
-        seen += rows
-    assert sorted(seen) == sorted(expected)
-    # Training repeats the record shard forever.
-    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
-    ds = pretraining_dataset(str(tmp_path / "*"), 2, 16, is_training=True, input_context=context)
-    assert len(list(ds.take(10))) == 10
+def _rows(ds, steps):
+    return [b["input_ids"].numpy()[:, :4].tolist() for b in ds.take(steps)]
+
+
+@pytest.mark.parametrize("is_training", [False, True])
+def test_pipelines_keep_their_rows_of_one_global_batch(tmp_path, is_training):
+    # Three workers with 2 rows each read the stream of one worker with 6: each keeps its
+    # consecutive rows of every global batch (the replica order of tf.distribute).
+    _files(tmp_path, n_files=2, per_file=9)
+    pattern = str(tmp_path / "*")
+    whole = _rows(pretraining_dataset(pattern, 6, 16, is_training, seed=3), 3)
+    for pipeline in range(3):
+        context = tf.distribute.InputContext(3, pipeline, num_replicas_in_sync=3)
+        part = _rows(pretraining_dataset(pattern, 2, 16, is_training, 3, context), 3)
+        assert part == [batch[2 * pipeline : 2 * pipeline + 2] for batch in whole]
+    # One worker with two replicas: they take its rows in turn, 2 each.
+    context = tf.distribute.InputContext(1, 0, num_replicas_in_sync=2)
+    halves = _rows(pretraining_dataset(pattern, 3, 16, is_training, 3, context), 4)
+    assert [halves[0] + halves[1], halves[2] + halves[3]] == whole[:2]
+
+
+def test_training_epochs_hold_every_record_once_and_resume_at_a_record(tmp_path):
+    _files(tmp_path, n_files=2, per_file=6)
+    pattern = str(tmp_path / "*")
+    stream = [r for b in _rows(pretraining_dataset(pattern, 4, 16, True, seed=5), 9) for r in b]
+    epochs = [stream[:12], stream[12:24], stream[24:]]
+    assert all(sorted(map(tuple, e)) == sorted(map(tuple, epochs[0])) for e in epochs)
+    assert len({tuple(r) for r in epochs[0]}) == 12 and epochs[0] != epochs[1]
+    # A resume at record 16 (epoch 1, record 4) continues the same stream.
+    resumed = pretraining_dataset(pattern, 4, 16, True, seed=5, start_record=16)
+    assert [r for b in _rows(resumed, 5) for r in b] == stream[16:]
 
 
 def test_length_mismatch_names_file_and_both_lengths(tmp_path):

@@ -2,8 +2,9 @@
 
 A training checkpoint is one object-based `tf.train.Checkpoint` holding the model (weights and
 its sampling RNG `model.rng`), the optimizer (Adam slots, step counter, loss scale), the step
-under the key `step` (what `electra_tf.checkpoints` reads), and the tf.data iterator, so a
-restart continues the data stream where the last checkpoint left it.
+under the key `step` (what `electra_tf.checkpoints` reads). The data position is not saved:
+the input stream is a function of the seed, and a restart starts it at the step's record
+(`runs/pretraining_data.resumed_input`), so it continues where the last checkpoint left it.
 
 Atomicity: a save writes the checkpoint's files first (TensorFlow writes the shards to a
 temporary directory and merges them into `<prefix>.index` / `.data-*`), then rewrites the

@@ -1,12 +1,16 @@
 """The pre-training input pipeline: TFRecords -> batches of int32 features.
 
 As the original's `pretrain/pretrain_data.get_input_fn` (docs/faithfulness.md, section 8
-'Pre-training data'): when training, the
-file list is repeated and shuffled, files are read by a parallel interleave (cycle length
-min(4, files)), records are shuffled with a buffer of 100, parsed with
-`FixedLenFeature([max_seq_length], int64)`, cast to int32 and batched with `drop_remainder`.
-Additions: prefetch, sharding by `input_context.input_pipeline_id` under tf.distribute, a
-comma-separated list of globs, and a clear error, naming the file and both lengths, when the
+'Pre-training data'): when training, the file list is shuffled, files are read by a
+parallel interleave (cycle length min(4, files)), records are shuffled 100 at a time, parsed
+with `FixedLenFeature([max_seq_length], int64)`, cast to int32 and batched with
+`drop_remainder`. Departures (docs/distributed.md): each epoch is shuffled on its own, by
+stateless shuffles of (seed, epoch), in blocks of 100 rather than through a buffer of 100, so
+that every record comes once per epoch and a resumed run reads what an uninterrupted one
+would. Additions: prefetch; under
+tf.distribute one record stream for all workers, each keeping its rows of every global batch
+(`pretraining_dataset`), so that the layout over workers changes nothing; a resume position;
+a comma-separated list of globs; and a clear error, naming the file and both lengths, when the
 records were written with another max_seq_length (instead of "Can't parse serialized Example",
 original issue #102).
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import struct
 
@@ -180,6 +185,65 @@ def locate_corrupt_record(files: list[str]) -> str | None:
     return None
 
 
+def count_records(files: list[str]) -> int:
+    """The number of records in `files`: local files from their record headers
+    (`walk_records`), remote ones (gs://...) by reading them once."""
+    total = 0
+    for path in files:
+        if os.path.exists(path):
+            total += walk_records(path)
+        else:
+            total += int(
+                tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+            )
+    return total
+
+
+SHUFFLE_BLOCK = 100  # records shuffled together (the original's shuffle buffer size)
+
+
+def record_stream(
+    files: list[str], is_training: bool, seed: int | None, first_epoch: int = 0
+) -> tf.data.Dataset:
+    """Serialized records: one ordered pass (evaluation), or epoch after epoch (training).
+
+    Training epoch e reads the files in a shuffled order, by a parallel interleave of
+    min(4, files) files, and shuffles the records in blocks of 100: the original's reading
+    (its shuffle buffer of 100 is a block here), with every shuffle a stateless function of
+    (seed, e), so that epoch e is the same records in the same order whether the stream
+    started at epoch 0 or at e (a resumed run), and every record comes once before any
+    comes twice (the original shuffled across the repeat, which mixes epochs). `seed` None
+    draws one at random (the original's nondeterministic reading)."""
+    cycle_length = min(4, len(files))
+    if seed is None:
+        seed = random.randrange(2**31)
+
+    def read(names: tf.data.Dataset) -> tf.data.Dataset:
+        return names.interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=cycle_length,
+            # Training reads files in parallel, in a fixed order all the same.
+            num_parallel_calls=cycle_length if is_training else None,
+            deterministic=True if is_training else None,
+        )
+
+    if not is_training:
+        return read(tf.data.Dataset.from_tensor_slices(tf.constant(files)))
+
+    def epoch(index: tf.Tensor) -> tf.data.Dataset:
+        epoch_seed = tf.stack([tf.constant(seed, tf.int64), index])  # [2]
+        order = tf.random.experimental.stateless_shuffle(tf.constant(files), epoch_seed)
+        blocks = read(tf.data.Dataset.from_tensor_slices(order)).batch(SHUFFLE_BLOCK).enumerate()
+
+        def shuffle_block(block_index: tf.Tensor, block: tf.Tensor) -> tf.Tensor:
+            block_seed = tf.random.experimental.stateless_fold_in(epoch_seed, block_index)
+            return tf.random.experimental.stateless_shuffle(block, block_seed)  # [<= 100]
+
+        return blocks.map(shuffle_block).unbatch()
+
+    return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
+
+
 def pretraining_dataset(
     file_pattern: str,
     batch_size: int,
@@ -187,50 +251,63 @@ def pretraining_dataset(
     is_training: bool = True,
     seed: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
+    start_record: int = 0,
 ) -> tf.data.Dataset:
     """Batches of {input_ids, input_mask, segment_ids}, each int32 [batch_size, max_seq_length].
+
+    The global batch (batch_size x replicas) is the same rows whatever the layout: every input
+    pipeline (one per worker) reads the same seeded record stream, batches it by the global
+    batch and keeps its own consecutive rows, which its replicas take in turn. One worker with
+    the global batch, or several with a share each, so see the same examples at every step;
+    each record is consumed once per epoch across workers; the position of step s is record
+    s x global batch of the stream, whatever the layout (`start_record`, on resume). Reading
+    is repeated on every worker; parsing is not (a record is parsed by the worker that keeps
+    it). Several pipelines need a seed (one stream for all).
 
     Args:
       file_pattern: glob, or comma-separated globs, of pre-training TFRecords.
       batch_size: per-replica batch size (the batch the dataset yields).
       max_seq_length: length the records were written with (checked on the first record).
-      is_training: repeat and shuffle (files and records); otherwise one ordered pass.
+      is_training: epochs of shuffled files and records (`record_stream`) without end;
+        otherwise one ordered pass.
       seed: shuffling seed (None: nondeterministic, as the original).
-      input_context: from `distribute_datasets_from_function`; each input pipeline reads
-        every `num_input_pipelines`-th file (every n-th record when there are fewer files).
+      input_context: from `distribute_datasets_from_function`: the number of input pipelines
+        (workers), this one's id, and the number of replicas in sync.
+      start_record: records of the training stream already consumed (a run resumed at
+        step s: s x the global batch); the records before it in its epoch are read again,
+        not parsed.
     """
     files = match_files(file_pattern)
     check_record_length(files, max_seq_length)
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    pipelines = input_context.num_input_pipelines if input_context is not None else 1
-    # Shard by file when every pipeline gets at least one; with fewer files than pipelines,
-    # every pipeline reads all files and keeps every n-th record. (An empty shard would leave
-    # a worker without data, and its input a different graph from the others'.)
-    shard_files = 1 < pipelines <= len(files)
-    if shard_files:
-        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
-    if is_training:
-        dataset = dataset.repeat().shuffle(len(files), seed=seed)
-    cycle_length = min(4, len(files))
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=cycle_length,
-        # Evaluation reads in order; training reads in parallel, and out of order (the
-        # original's `sloppy=is_training`) unless a seed asks for reproducibility.
-        num_parallel_calls=cycle_length if is_training else None,
-        deterministic=(seed is not None) if is_training else None,
-    )
-    if pipelines > 1 and not shard_files:
-        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
-    if is_training:
-        dataset = dataset.shuffle(100, seed=seed)
+    pipelines, pipeline_id, replicas = 1, 0, 1
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        replicas = max(input_context.num_replicas_in_sync, pipelines)
+    if pipelines > 1 and seed is None:
+        raise ValueError("several input pipelines read one stream: they need a seed")
+    rows = batch_size * replicas // pipelines  # this pipeline's rows of each global batch
+    first_epoch, skip = 0, 0
+    if start_record and is_training:
+        # Whole epochs are not read again: the stream starts at the position's epoch.
+        first_epoch, skip = divmod(start_record, count_records(files))
+    records = record_stream(files, is_training, seed, first_epoch)
+    if skip:
+        records = records.skip(skip)
+    # [batch_size x replicas] serialized records: the global batch, the same on every worker.
+    batches = records.batch(batch_size * replicas, drop_remainder=True)
+    if pipelines > 1:
+        first = pipeline_id * rows
+        batches = batches.map(lambda batch: batch[first : first + rows])  # [rows]
+    if rows != batch_size:
+        # This worker's replicas take its rows in turn, batch_size each.
+        batches = batches.rebatch(batch_size, drop_remainder=True)
     spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in FEATURE_NAMES}
 
-    def decode(record: tf.Tensor) -> dict[str, tf.Tensor]:
-        parsed = tf.io.parse_single_example(record, spec)
+    def decode(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(serialized, spec)  # [batch_size, max_seq_length] each
         # int64 on disk (the original's format), int32 in the model (TPU-friendly, as there).
         return {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
 
-    dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)

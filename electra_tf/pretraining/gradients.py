@@ -177,8 +177,10 @@ def accumulated_gradients(
     """The batch's gradient as the sum of `steps` micro-batches' run one after another (a
     `tf.while_loop`), updating `model`'s metrics with each.
 
-    Each micro-batch draws its own masking and samples from `model.rng` (unlike
-    `parallel_gradients`, which slices one draw).
+    The masking and the sampler's noise are drawn once for the whole batch and sliced, as in
+    `parallel_gradients`: the corrupted batch, and so the update, are the one-pass step's
+    (dropout aside), and no collective op (the draws' all-gather under several replicas) runs
+    inside the loop, where tf.distribute cannot synchronise.
 
     Args:
         model: the pretrainer.
@@ -198,9 +200,21 @@ def accumulated_gradients(
         for key, value in inputs.items()
     }
 
+    draws = model.draw(inputs, with_uniform=True)
+    # [steps, batch / steps, ...] per draw; the sampler's seed is the batch's.
+    micro_draws = {
+        "masked": {key: _micro(value, steps) for key, value in draws["masked"].items()},
+        "uniform": {key: _micro(value, steps) for key, value in draws.items() if key == "uniform"},
+    }
+
     def body(index, sums):
         part = {key: value[index] for key, value in micro.items()}
-        gradients, outputs = loss_gradients(model, part, variables, denominators)
+        part_draws = {
+            "masked": {key: value[index] for key, value in micro_draws["masked"].items()},
+            "sample_seed": draws["sample_seed"],
+            **{key: value[index] for key, value in micro_draws["uniform"].items()},
+        }
+        gradients, outputs = loss_gradients(model, part, variables, denominators, part_draws)
         # Each part's loss is its share of the batch loss: scale so the Mean is the total.
         model.update_metrics(outputs, part, parts=steps)
         sums = [
@@ -212,3 +226,9 @@ def accumulated_gradients(
     zeros = [tf.zeros_like(variable) for variable in variables]
     _, sums = tf.while_loop(lambda index, _: index < steps, body, (tf.constant(0), zeros))
     return sums
+
+
+def _micro(value: tf.Tensor, steps: int) -> tf.Tensor:
+    """[batch, ...] -> [steps, batch / steps, ...]."""
+    shape = tf.shape(value)
+    return tf.reshape(value, tf.concat([[steps, shape[0] // steps], shape[1:]], 0))

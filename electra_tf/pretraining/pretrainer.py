@@ -26,12 +26,13 @@ from electra_tf.pretraining.masking import (
     mask_inputs,
 )
 from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
-from electra_tf.pretraining.sampling import (
-    gather_positions,
-    gumbel_sample,
-    gumbel_uniform,
-    scatter_update,
+from electra_tf.pretraining.replica_draws import (
+    global_rows_masking,
+    replica_rows,
+    step_seeds,
+    uniform_rows,
 )
+from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
 
 
 class ElectraPretrainer(keras.Model):
@@ -48,7 +49,10 @@ class ElectraPretrainer(keras.Model):
 
     Randomness of the objective (positions, the 85/15 draw, Gumbel noise) comes from
     `self.rng`, a `tf.random.Generator` seeded with `config.seed`: it is checkpointed with the
-    model, so a resumed run continues the same stream. Dropout uses Keras's own RNG.
+    model, so a resumed run continues the same stream. Under several replicas each replica
+    gets its rows of the draws one replica would make for the global batch
+    (`replica_draws.py`), so the layout of a batch over devices and workers does not change
+    the corruption. Dropout uses Keras's own RNG.
 
     The paper's objective ablations (`objective_variant`, see `ablations.py`): "electra_15"
     weights the replaced-token loss and metrics by the generator's positions; "replace_mlm" /
@@ -142,21 +146,29 @@ class ElectraPretrainer(keras.Model):
             [batch, N, vocab], the numbers `gumbel_sample` would draw from that seed.
         """
         config = self.config
-        seeds = self.rng.make_seeds(2)  # [2, 2]: one stateless seed per random step
-        masked = mask_inputs(
-            inputs["input_ids"],
-            inputs["input_mask"],
-            config.max_predictions_per_seq,
-            config.mask_prob,
-            seeds[:, 0],
-            with_replacement=config.mask_positions_with_replacement,
-            **self.special_ids,
-        )
+        # [2, 2]: one stateless seed per random step, the same on every replica.
+        seeds = step_seeds(self.rng, 2)
+
+        def mask(input_ids: tf.Tensor, input_mask: tf.Tensor) -> dict:
+            return mask_inputs(
+                input_ids,
+                input_mask,
+                config.max_predictions_per_seq,
+                config.mask_prob,
+                seeds[:, 0],
+                with_replacement=config.mask_positions_with_replacement,
+                **self.special_ids,
+            )
+
+        # Under several replicas: this replica's rows of the global batch's masking.
+        masked = global_rows_masking(mask, inputs["input_ids"], inputs["input_mask"])
         draws = {"masked": masked, "sample_seed": seeds[:, 1]}
-        if with_uniform and config.has_discriminator:
+        _, replicas = replica_rows()
+        if (with_uniform or replicas > 1) and config.has_discriminator:
             batch = tf.shape(inputs["input_ids"])[0]
             shape = tf.stack([batch, config.max_predictions_per_seq, config.vocab_size])
-            draws["uniform"] = gumbel_uniform(shape, seeds[:, 1])
+            # This replica's rows of the global batch's noise (all of it on one replica).
+            draws["uniform"] = uniform_rows(seeds[:, 1], shape)
         return draws
 
     def forward(self, inputs, training, denominators=None, draws=None) -> dict:

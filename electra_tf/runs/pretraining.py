@@ -48,7 +48,7 @@ from electra_tf.runs.cpu_calls import (
     next_steps_per_call,
     steps_per_call_limit,
 )
-from electra_tf.runs.pretraining_data import make_dataset, restarted_input, run_steps
+from electra_tf.runs.pretraining_data import make_dataset, resumed_input, run_steps
 from electra_tf.runs.pretraining_eval import evaluate
 from electra_tf.runs.pretraining_model import (
     build_model,
@@ -154,11 +154,8 @@ def _build_run(
     pattern = config.resolved_pretrain_tfrecords()
     state: dict[str, Any] = {"model": model, "optimizer": optimizer, "step": optimizer.iterations}
     iterator = iter(make_dataset(config, strategy, pattern, config.train_batch_size, True))
-    # tf.data iterators are checkpointable, tf.distribute's are not: under a strategy with
-    # several replicas the input restarts on resume (as the original's), reseeded by the step.
-    track_data = isinstance(iterator, tf.data.Iterator)
-    if track_data:
-        state["data"] = iterator
+    # The input's position is not saved (tf.distribute's iterators cannot be): the stream is a
+    # function of the seed, and a resumed run starts it at its step's record (`resumed_input`).
     checkpoints = TrainingCheckpoints(
         config.resolved_model_dir(),
         config.keep_checkpoint_max,
@@ -167,15 +164,13 @@ def _build_run(
         **state,
     )
     run = _Run(config, model, optimizer, iterator, checkpoints, None, files, num_workers)
-    _resume(run, strategy, pattern, track_data, stream)
+    _resume(run, strategy, pattern, stream)
     return run
 
 
-def _resume(
-    run: _Run, strategy: tf.distribute.Strategy, pattern: str, track_data: bool, stream: TextIO
-) -> None:
+def _resume(run: _Run, strategy: tf.distribute.Strategy, pattern: str, stream: TextIO) -> None:
     """Restores the latest checkpoint of the model dir, else loads `init_checkpoint` if set;
-    sets `run.restored` and, where the input position was not restored, a restarted input."""
+    sets `run.restored` and the input at the restored step's position."""
     config, optimizer = run.config, run.optimizer
     run.restored = run.checkpoints.restore_latest(stream)
     if run.restored:
@@ -184,10 +179,12 @@ def _resume(
             file=stream,
             flush=True,
         )
-        if not track_data:
-            run.iterator = restarted_input(config, strategy, pattern, optimizer, stream)
+        run.iterator = resumed_input(config, strategy, pattern, optimizer, stream)
     elif config.init_checkpoint:
         _start_from_init_checkpoint(config, run.model, optimizer, stream)
+        if int(optimizer.iterations.numpy()):
+            # Step s reads from record s x batch, from `init_step` on as after any resume.
+            run.iterator = resumed_input(config, strategy, pattern, optimizer, stream)
 
 
 def _start_from_init_checkpoint(

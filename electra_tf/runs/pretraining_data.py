@@ -10,6 +10,7 @@ import tensorflow as tf
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.pretraining_input import InputDataError, locate_corrupt_record
+from electra_tf.runs.strategy import WorkerLostError
 
 
 def make_dataset(
@@ -18,9 +19,10 @@ def make_dataset(
     file_pattern: str,
     global_batch_size: int,
     is_training: bool,
-    seed: int | None = None,
+    start_record: int = 0,
 ) -> Any:
-    """The pre-training input, batched per replica when distributed (seed: config.seed)."""
+    """The pre-training input, batched per replica when distributed: the same global batches
+    whatever the strategy (`pretraining_dataset`), from record `start_record` of the stream."""
     from electra_tf.data.pretraining_input import pretraining_dataset
 
     def dataset_fn(context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
@@ -32,8 +34,9 @@ def make_dataset(
             batch,
             config.max_seq_length,
             is_training=is_training,
-            seed=config.seed if seed is None else seed,
+            seed=config.seed,
             input_context=context,
+            start_record=start_record,
         )
 
     if strategy.num_replicas_in_sync == 1 and not isinstance(
@@ -43,17 +46,20 @@ def make_dataset(
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
-def restarted_input(
+def resumed_input(
     config: PretrainingConfig,
     strategy: tf.distribute.Strategy,
     pattern: str,
     optimizer: Any,
     stream: TextIO,
 ) -> Any:
-    """A new input stream, reseeded by the step, for inputs whose position cannot be restored."""
-    seed = config.seed + int(optimizer.iterations.numpy())
-    iterator = iter(make_dataset(config, strategy, pattern, config.train_batch_size, True, seed))
-    print(f"Input restarted with seed {seed} (position not restorable)", file=stream)
+    """The input stream at the position of the optimizer's step: what an uninterrupted run
+    reads next (the stream is a function of the seed; records before the position are read,
+    not parsed)."""
+    step = int(optimizer.iterations.numpy())
+    start = step * config.train_batch_size  # every step consumes one global batch
+    iterator = iter(make_dataset(config, strategy, pattern, config.train_batch_size, True, start))
+    print(f"Input resumed at step {step}: record {start} of the stream", file=stream)
     return iterator
 
 
@@ -78,6 +84,15 @@ def run_steps(
     except tf.errors.DataLossError as e:
         saved = save_reached(checkpoints, optimizer, saved_step)
         raise InputDataError(f"{locate_corrupt_record(files) or e.message}; {saved}") from None
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as e:
+        # A peer worker died or stopped answering: TensorFlow's health check aborted the
+        # collectives. Nothing can be saved (saving is collective); the last checkpoint stands.
+        latest = checkpoints.latest()
+        kept = f"the last checkpoint is {latest}" if latest else "no checkpoint was written yet"
+        raise WorkerLostError(
+            f"lost contact with another worker ({type(e).__name__}); {kept}. "
+            "Start every worker again with the same command to resume from it"
+        ) from None
 
 
 def save_reached(checkpoints: TrainingCheckpoints, optimizer: Any, saved_step: int) -> str:

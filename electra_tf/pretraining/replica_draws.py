@@ -1,0 +1,105 @@
+"""The step's random draws, the same whatever the layout of the batch over replicas.
+
+One replica with the global batch B, or R replicas (on one or several workers) with B / R rows
+each, must corrupt every example the same way, or "two workers train as one" cannot hold. Two
+things in TensorFlow get in the way, and this module takes them out:
+
+- A `tf.random.Generator` created under a strategy hashes the replica id into every key it
+  hands out, so each replica (replica 0 included) draws a different stream from the same
+  state. `step_seeds` reads the generator exactly as `make_seeds` does, without that hash:
+  every replica gets the seeds a lone replica would (and with no strategy the numbers are
+  `make_seeds`' own, bit for bit: the default single-device step is unchanged).
+- A stateless draw over a replica's B / R rows is not the same numbers as rows of a draw over
+  B. The masking draws are small ([B, seq_len] and [B, N]): `global_rows_masking` gathers the
+  global batch's ids and mask from every replica (one int32 all-gather), masks the whole
+  global batch exactly as one replica would, and keeps this replica's rows. The sampler's
+  noise is [B, N, vocab] (too large to draw whole on every replica): `uniform_rows` draws only
+  this replica's rows, starting the Philox counter where those rows start in the draw over B.
+
+Row r of the global batch is row r - first of replica `replica_id_in_sync_group`, where
+first = replica id x B / R: the order in which `tf.distribute` assigns per-replica batches and
+in which the input pipeline (`data/pretraining_input.py`) lays the global batch out.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tensorflow.python.ops import gen_stateless_random_ops_v2
+
+# Philox's output block is 4 uint32 (one per float32): element i of a stateless float32 draw
+# is lane i % 4 of the block at counter + i // 4 (TensorFlow's CPU and GPU kernels).
+_PHILOX_LANES = 4
+# `tf.random.stateless_uniform`'s algorithm: the kernel's device default (Philox on CPU, GPU).
+_AUTO_SELECT = 3
+
+
+def step_seeds(generator: tf.random.Generator, count: int) -> tf.Tensor:
+    """int64 [2, count]: `generator.make_seeds(count)` without the replica hash (above).
+
+    Advances the generator as `make_seeds` does; every replica advances its copy alike."""
+    state = generator.skip(count)  # the state before the skip: [counter..., key]
+    counter_size = state.shape[0] - 1
+    counter = tf.bitcast(state[:counter_size], tf.uint64)
+    key = tf.bitcast(state[counter_size : counter_size + 1], tf.uint64)
+    keys = gen_stateless_random_ops_v2.stateless_random_uniform_full_int_v2(
+        shape=[count], key=key, counter=counter, dtype=tf.int64, alg=generator.algorithm
+    )  # [count]
+    return tf.stack([keys, tf.zeros_like(keys)])
+
+
+def replica_rows() -> tuple[tf.Tensor, int]:
+    """(this replica's index, number of replicas) in the replica context; (0, 1) outside."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tf.constant(0), 1
+    return tf.cast(context.replica_id_in_sync_group, tf.int32), context.num_replicas_in_sync
+
+
+def global_rows_masking(mask_fn, input_ids: tf.Tensor, input_mask: tf.Tensor) -> dict:
+    """`mask_fn(global_ids, global_mask)` over the whole global batch, this replica's rows.
+
+    Args:
+        mask_fn: the masking (`masking.mask_inputs` with its seed and settings bound).
+        input_ids, input_mask: int [rows, seq_len], this replica's part of the batch.
+
+    Returns:
+        `mask_fn`'s dict, each value cut to this replica's rows [rows, ...].
+    """
+    index, replicas = replica_rows()
+    if replicas == 1:
+        return mask_fn(input_ids, input_mask)
+    rows = tf.shape(input_ids)[0]
+    local = tf.stack([tf.cast(input_ids, tf.int32), tf.cast(input_mask, tf.int32)], axis=1)
+    context = tf.distribute.get_replica_context()
+    everyone = context.all_gather(local, axis=0)  # [replicas * rows, 2, seq_len]
+    masked = mask_fn(everyone[:, 0], everyone[:, 1])
+    first = index * rows
+    return {key: value[first : first + rows] for key, value in masked.items()}
+
+
+def uniform_rows(seed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+    """float32 draws of `shape` [rows, ...]: this replica's rows of
+    `tf.random.stateless_uniform([replicas * rows, ...], seed)` (all of it with one replica).
+
+    Args:
+        seed: int [2] stateless seed.
+        shape: int32 [rank], the shape of this replica's part.
+    """
+    index, replicas = replica_rows()
+    if replicas == 1:
+        return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
+    key, counter = gen_stateless_random_ops_v2.stateless_random_get_key_counter(seed)
+    size = tf.cast(tf.reduce_prod(shape), tf.int64)
+    start = tf.cast(index, tf.int64) * size  # flat offset of this replica's first row
+    block, lane = start // _PHILOX_LANES, start % _PHILOX_LANES
+    low = counter[0] + tf.cast(block, tf.uint64)
+    carry = tf.cast(low < counter[0], tf.uint64)  # 128-bit counter: low word first
+    counter = tf.stack([low, counter[1] + carry])
+    flat = gen_stateless_random_ops_v2.stateless_random_uniform_v2(
+        shape=tf.reshape(size + lane, [1]),
+        key=key,
+        counter=counter,
+        alg=_AUTO_SELECT,
+        dtype=tf.float32,
+    )  # [lane + size]
+    return tf.reshape(flat[lane:], shape)
