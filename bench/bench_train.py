@@ -195,6 +195,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "params": params,
         "step_s": step_s,
         "tokens_per_s": args.batch * args.seq / step_s,
+        "shape": [args.batch, args.seq],  # what the worker ran, as it understood its flags
         "build_s": build_seconds,
         "peak_rss_mib": _peak_rss_mib(),
         **resolved,
@@ -279,6 +280,7 @@ def run_torch_child(
         "params": records[0]["params"],
         "step_s": step_s,
         "tokens_per_s": batch * seq / step_s,
+        "shape": [records[0]["batch"], records[0]["seq"]],
         "peak_rss_mib": records[0]["peak_rss_mib"],
         "precision": "float32",
         "jit_compile": None,

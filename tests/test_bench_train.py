@@ -134,5 +134,7 @@ def test_a_tiny_run_through_the_real_workers_at_two_lengths(capsys, tmp_path, mo
     records = json.loads(out_json.read_text())["records"]
     for row in rows:
         assert row["tokens_per_s"] > 0 and row["mfu"] is None
-    # The tiny model, not ELECTRA-Small: both steps built from the hparams given.
+    # Each worker ran the shape of its row, with the tiny model (not ELECTRA-Small): both
+    # steps built from the hparams given.
+    assert [r["shape"] for r in records] == [[2, 32], [2, 32], [2, 64], [2, 64]]
     assert all(r["params"] < 200_000 for r in records), [r["params"] for r in records]
