@@ -93,10 +93,11 @@ def test_seq_lengths_at_a_fixed_number_of_tokens_per_batch(fake_workers, capsys,
 def test_finetune_rows_against_pytorch_and_rows_skipped_without_an_interpreter(
     fake_workers, capsys
 ):
-    argv = ["--configs", "finetune,hf-finetune,hf-fp32", "--rounds", "1", "--no-extras"]
+    # hf-finetune, the fine-tuning row's peer, is added as mg-fp32 is to a pre-training row.
+    argv = ["--configs", "finetune,hf-fp32", "--rounds", "1", "--no-extras"]
     assert bench_train.main([*argv, "--hf-python", "/nonexistent/python"]) == 0
     out = capsys.readouterr().out
-    assert "hf-finetune, hf-fp32: skipped (no --hf-python interpreter" in out
+    assert "hf-fp32, hf-finetune: skipped (no --hf-python interpreter" in out
     assert "| 128 | 32 | finetune | finetune | float32 | off | 900 | - | - |" in out
     fake_workers.clear()
     assert bench_train.main([*argv, "--hf-python", bench_train.PEER_TORCH]) == 0
@@ -104,7 +105,7 @@ def test_finetune_rows_against_pytorch_and_rows_skipped_without_an_interpreter(
     # The fine-tuning step against PyTorch's fine-tuning step; no Model Garden peer for it.
     assert "| 128 | 32 | finetune | finetune | float32 | off | 900 | - | 3.00x |" in out
     names = [c[0] for c in fake_workers if c[0] != "--matmul-worker"]
-    assert names == ["--worker=finetune", "hf-finetune", "hf-fp32", "--worker=mg-fp32"]
+    assert names == ["--worker=finetune", "hf-fp32", "--worker=mg-fp32", "hf-finetune"]
 
 
 def test_unknown_configuration_and_bad_lengths_are_refused(capsys):

@@ -475,16 +475,17 @@ def test_attention_without_shapes_counts_only_batched_products_and_softmax():
 
 
 @pytest.mark.parametrize(
-    "shape, expected",
+    "shape, seq_len, expected",
     [
-        ((32, 4, 128, 128), True),  # scores / probabilities
-        ((32, 4, 64, 128), True),  # one query block's scores against every key
-        ((32, 1, 1, 128), True),  # the mask bias
-        ((None, 4, None, None), True),  # a serving signature's unknown batch and length
-        ((32, 128, 4, 64), False),  # the heads' split before the transpose
-        ((32, 4, 128, 64), False),  # [batch, heads, seq, head_size]
-        ((32, 128, 256), False),
+        ((32, 4, 128, 128), 128, True),  # scores / probabilities
+        ((32, 4, 64, 128), 128, True),  # one query block's scores against every key
+        ((32, 1, 1, 128), 128, True),  # the mask bias
+        ((None, 4, None, None), 128, True),  # a serving signature's unknown batch and length
+        ((32, 128, 4, 64), 128, False),  # the heads' split before the transpose
+        ((32, 64, 4, 64), 64, False),  # ... where head_size equals the length
+        ((32, 4, 128, 64), 128, False),  # [batch, heads, seq, head_size]
+        ((32, 128, 256), 128, False),
     ],
 )
-def test_attention_scores_shaped(shape, expected):
-    assert pb.attention_scores_shaped(shape, 128) is expected
+def test_attention_scores_shaped(shape, seq_len, expected):
+    assert pb.attention_scores_shaped(shape, seq_len) is expected
