@@ -17,7 +17,7 @@ TASK ?= sst
 DEFAULT_DATA := data/default
 RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
-.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory parity-curves clean-venv
+.PHONY: venv test lint format pretrain default-data finetune export convert bench bench-curve bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory parity-curves clean-venv
 
 $(STAMP): requirements.txt requirements-interop.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -66,21 +66,32 @@ convert: $(STAMP)
 		--output $(OUTPUT) $(CONVERT_FLAGS)
 
 # The benchmarks, modules of bench/ (bench/README.md: what each measures, the latest figures).
+# PEER_PYTHON=<a python with torch, transformers, onnx, onnxruntime>: the Hugging Face PyTorch and
+# ONNX Runtime rows (bench/README.md says how to make one); without it they are reported skipped.
+# SEQ_LENGTHS=128,256,512: `make bench` at each length; `make bench-curve`'s lengths.
+PEER_ENV := $(if $(PEER_PYTHON),ELECTRA_PEER_PYTHON=$(PEER_PYTHON),)
 bench: $(STAMP)
-	$(PY) -m bench.bench_train
+	$(PEER_ENV) $(PY) -m bench.bench_train $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),)
+
+# Cost against sequence length: training, serving and attention's share, with the peers.
+bench-curve: $(STAMP)
+	$(PEER_ENV) $(PY) -m bench.cost_curve $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),)
 
 bench-data: $(STAMP)
 	$(PY) -m bench.bench_data
 
-# BASELINE=<another checkout>: its export timed in the same run.
+# BASELINE=<another checkout>: its export timed in the same run. PRECISION=bfloat16: that
+# export too, where the export command has the option.
 bench-serve: $(STAMP)
-	$(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),)
+	$(PEER_ENV) $(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),) \
+		$(if $(PRECISION),--precision $(PRECISION),)
 
-# Where a step's time goes: op-level shares of the train step and of serving.
+# Where a step's time goes: op-level shares (and attention's) of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.
 profile: $(STAMP)
 	mkdir -p data
-	$(PY) -m bench.profile_breakdown --out data/profile_breakdown.json
+	$(PY) -m bench.profile_breakdown --out data/profile_breakdown.json \
+		$(if $(SEQ),--seq $(SEQ),)
 
 # The reliability cases (tests that record what they expected and got), replayed against this
 # build: one line per case (case, expected, got, OK/BAD).

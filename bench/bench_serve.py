@@ -18,16 +18,29 @@ Rows, all from one run:
 - `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
   (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
   starts with DIR;
-- `HF PyTorch`: `ElectraForPreTraining` of the same shapes on random ids, under `--hf-python`
-  (an interpreter with torch and transformers, which are not project dependencies).
+- `electra-tf, <precision>`: with `--precision bfloat16` (or another), the same weights
+  exported with that serving precision, where this checkout's export has the option (else the
+  row is reported as skipped);
+- `HF PyTorch`: the same weights, converted to a Hugging Face folder by this project's
+  converter (`electra_tf.checkpoints.hf`), loaded as `ElectraForPreTraining` under `--hf-python`
+  (an interpreter with torch and transformers, which are not project dependencies);
+- `ONNX Runtime fp32` and `ONNX Runtime int8`: that HF model exported to ONNX under
+  `--ort-python` (default: the `--hf-python` interpreter; it needs onnx and onnxruntime too),
+  served by ONNX Runtime's CPU provider, float32 and with int8 dynamic quantization. The float32
+  model's logits must match this project's on the same ids (< 1e-3) before it is timed; the int8
+  model's largest difference is printed.
+
+The peers run bench/peer_torch.py (which imports nothing of this project).
 
     python -m bench.bench_serve [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
-        [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python /tmp/hfenv/bin/python]
-        [--threads 1,2]
+        [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python P] [--ort-python P]
+        [--precision bfloat16] [--threads 1,2]
 
 TensorFlow runs with `--threads` (intra-op, inter-op; default: `TF_NUM_INTRAOP_THREADS` and
 `TF_NUM_INTEROP_THREADS` where set, else 1,2, the setting the README gives a model server for
-the default export); PyTorch with its own default (one thread per core).
+the default export); PyTorch and ONNX Runtime with their own defaults (one thread per core).
+The table's header names the processor, its `tf.matmul` peak and the load average at the
+start and end of the run.
 """
 
 from __future__ import annotations
@@ -39,56 +52,43 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench.bench_train import checkout_revision
+from bench import machine
+from bench.bench_train import checkout_revision, default_peer_python, harness_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEER_TORCH = os.path.join(REPO, "bench", "peer_torch.py")
 SIGNATURES = ("serving_default", "encode_ids")
-VOCAB_CANDIDATES = (
-    os.environ.get("ELECTRA_VOCAB", ""),
-    os.path.join(REPO, "..", "shared", "data", "vocab", "bert-uncased-vocab.txt"),
-)
-
-# Runs under --hf-python. The same shapes as the small preset's discriminator; prints one JSON
-# line per batch size with every timed call's seconds.
-HF_CODE = r"""
-import json, sys, time
-import torch
-from transformers import ElectraConfig, ElectraForPreTraining
-warmup, calls, seq = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-torch.manual_seed(0)
-model = ElectraForPreTraining(ElectraConfig(
-    vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
-    num_attention_heads=4, intermediate_size=1024)).eval()
-for batch in map(int, sys.argv[4].split(",")):
-    ids = torch.randint(1000, 30522, (batch, seq))
-    times = []
-    with torch.inference_mode():
-        for i in range(warmup + calls):
-            start = time.perf_counter()
-            model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.sum().item()
-            times.append(time.perf_counter() - start)
-    print(json.dumps({"batch": batch, "seconds": times[warmup:], "torch": torch.__version__,
-                      "threads": torch.get_num_threads()}))
-"""
+PEERS = ("HF PyTorch", "ONNX Runtime fp32", "ONNX Runtime int8", "baseline")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--vocab-file", help="default: the BERT uncased vocab if found, else a generated one"
+        "--vocab-file", help="default: $ELECTRA_VOCAB if set, else a generated one (30,522 entries)"
     )
-    default_hf = "/tmp/hfenv/bin/python"
-    parser.add_argument("--hf-python", default=default_hf if os.path.exists(default_hf) else "")
+    parser.add_argument(
+        "--hf-python",
+        default=default_peer_python(),
+        help="an interpreter with torch and transformers (default: $ELECTRA_PEER_PYTHON, else "
+        "/tmp/hfenv/bin/python where it exists)",
+    )
+    parser.add_argument(
+        "--ort-python", help="an interpreter with onnx and onnxruntime too (default: --hf-python)"
+    )
+    parser.add_argument("--no-ort", action="store_true", help="skip the ONNX Runtime rows")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--calls", type=int, default=50, help="timed calls per row (>= 50)")
     parser.add_argument("--baseline", help="another checkout of the project to time as well")
     parser.add_argument("--no-xla", action="store_true", help="skip the jit_compile export")
+    parser.add_argument("--no-variants", action="store_true", help="only the default export")
+    parser.add_argument(
+        "--precision", help="also time the export with this serving precision (e.g. bfloat16)"
+    )
     parser.add_argument("--batches", default="1,32", help="batch sizes (default 1,32)")
     parser.add_argument("--seq", type=int, default=128, help="sequence length (default 128)")
     parser.add_argument(
@@ -97,12 +97,15 @@ def parse_args() -> argparse.Namespace:
         "TF_NUM_INTRAOP_THREADS,TF_NUM_INTEROP_THREADS where either is set, else 1,2 (the "
         "README's serving setting)",
     )
-    # Internal: what a --baseline subprocess is asked for.
+    parser.add_argument("--json", help="also write every row's p50 / p99 (ms) here")
+    # Internal: what a --baseline subprocess is asked for; fewer calls (the cost curve's p50).
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.calls < 50:
-        parser.error("--calls: p99 needs at least 50 calls")
+    parser.add_argument("--min-calls", type=int, default=50, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.calls < args.min_calls:
+        parser.error(f"--calls: p99 needs at least {args.min_calls} calls")
     args.batches = tuple(int(b) for b in args.batches.split(","))
+    args.ort_python = args.ort_python or args.hf_python
     if args.threads is None:
         # The environment's pools, as TensorFlow itself would read them.
         env = [os.environ.get(f"TF_NUM_{pool}OP_THREADS") for pool in ("INTRA", "INTER")]
@@ -119,9 +122,9 @@ def parse_args() -> argparse.Namespace:
 def find_vocab(given: str | None, workdir: str) -> tuple[str, str]:
     if given:
         return given, given
-    for path in VOCAB_CANDIDATES:
-        if path and os.path.isfile(path):
-            return path, "BERT uncased"
+    path = os.environ.get("ELECTRA_VOCAB", "")
+    if path and os.path.isfile(path):
+        return path, path
     # 30,522 entries like BERT's: the five specials, then made-up words and continuations.
     path = os.path.join(workdir, "vocab.txt")
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -165,8 +168,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> dict:
-    """{variant: {signature: {batch: [seconds per call]}}} for this checkout's exports."""
+def export_variants(args: argparse.Namespace, options_taken) -> tuple[dict[str, dict], list[str]]:
+    """{row name: serving_module options} for this checkout's exports, and notes on those this
+    checkout's export cannot make (a --baseline from before an option, a precision to come)."""
+    variants: dict[str, dict] = {"electra-tf": {}}
+    notes = []
+    if not args.no_variants:
+        if "query_blocks" in options_taken:
+            variants["electra-tf, query_blocks 1"] = {"query_blocks": 1}
+        if not args.no_xla and "jit_compile" in options_taken:
+            variants["electra-tf, jit_compile"] = {"jit_compile": True}
+    if args.precision:
+        if "precision" in options_taken:
+            variants[f"electra-tf, {args.precision}"] = {"precision": args.precision}
+        else:
+            notes.append(
+                f"--precision {args.precision}: skipped (this export has no precision option)"
+            )
+    return variants, notes
+
+
+def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """({variant: {signature: {batch: [seconds per call]}}}, notes) for this checkout's exports.
+
+    Also writes, for the peers, the model's weights as a Hugging Face folder
+    (`workdir/hf/discriminator`) and its logits on a sample batch (`workdir/reference.npz`).
+    """
+    import numpy as np
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
 
@@ -181,13 +209,10 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> dict:
     config = pretraining_config("bench", preset="small")
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())
-    variants = {"electra-tf": {}}
+    if not args.tf_json:
+        write_peer_inputs(model, config, workdir, args.seq, np, tf)
     # A checkout from before an option (a --baseline) has no such export.
-    options_taken = inspect.signature(serving_module).parameters
-    if "query_blocks" in options_taken:
-        variants["electra-tf, query_blocks 1"] = {"query_blocks": 1}
-    if not args.no_xla and "jit_compile" in options_taken:
-        variants["electra-tf, jit_compile"] = {"jit_compile": True}
+    variants, notes = export_variants(args, inspect.signature(serving_module).parameters)
     results = {}
     for index, (variant, options) in enumerate(variants.items()):
         module = serving_module("discriminator", model, vocab_file, args.seq, **options)
@@ -211,21 +236,33 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> dict:
                 results[variant][signature][batch] = timed(
                     lambda c=call: c()["replaced_probability"].numpy(), args.warmup, args.calls
                 )
-    return results
+    return results, notes
+
+
+def write_peer_inputs(model, config, workdir: str, seq: int, np, tf) -> None:
+    """The model as a Hugging Face folder and its logits on two random rows, for the peers."""
+    from electra_tf.checkpoints import hf
+
+    weights = {name: v.numpy() for name, v in model.variable_map().items()}
+    hf.write(weights, os.path.join(workdir, "hf"), {"discriminator": config.discriminator_config()})
+    ids = np.random.default_rng(7).integers(1000, config.vocab_size, size=(2, seq)).astype(np.int32)
+    inputs = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
+    logits = model({k: tf.constant(v) for k, v in inputs.items()})["logits"].numpy()
+    np.savez(os.path.join(workdir, "reference.npz"), logits=logits, **inputs)
 
 
 def bench_baseline(directory: str, vocab_file: str, args: argparse.Namespace) -> tuple[dict, str]:
     """This script's TF timings, run against the project checkout at `directory`."""
     with tempfile.TemporaryDirectory() as workdir:
         out = os.path.join(workdir, "baseline.json")
-        command = [sys.executable, os.path.abspath(__file__), "--tf-json", out, "--no-xla"]
+        command = [*harness_command(REPO, os.path.abspath(directory), "bench_serve")]
+        command += ["--tf-json", out, "--no-xla", "--no-variants"]
         command += ["--vocab-file", vocab_file, "--warmup", str(args.warmup)]
         command += ["--calls", str(args.calls), "--seq", str(args.seq)]
+        command += ["--min-calls", str(args.min_calls)]
         command += ["--batches", ",".join(map(str, args.batches))]
         command += ["--threads", ",".join(map(str, args.threads))]
-        # `directory`'s electra_tf; `bench` is this checkout's unless `directory` has a package.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(directory), REPO]))
-        run = subprocess.run(command, env=env, capture_output=True, text=True)
+        run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["?"])[-1]
             return {}, f"skipped ({directory} failed: {last})"
@@ -239,18 +276,53 @@ def _int_batches(timings: dict) -> dict:
     return {sig: {int(b): t for b, t in by_batch.items()} for sig, by_batch in timings.items()}
 
 
-def bench_hf(hf_python: str, args: argparse.Namespace) -> tuple[dict, str]:
-    if not hf_python or not os.path.exists(hf_python):
-        return {}, "skipped (no --hf-python interpreter; see the README)"
-    command = [hf_python, "-c", HF_CODE, str(args.warmup), str(args.calls), str(args.seq)]
-    command.append(",".join(map(str, args.batches)))
-    run = subprocess.run(command, capture_output=True, text=True)
+def run_peer(python: str, command: list[str], what: str) -> tuple[list[dict], str]:
+    """bench/peer_torch.py under `python`: (its JSON records, "" or why there are none)."""
+    if not python or not os.path.exists(python):
+        return [], f"skipped (no {what} interpreter; bench/README.md says how to make one)"
+    run = subprocess.run([python, PEER_TORCH, *command], capture_output=True, text=True)
     if run.returncode != 0:
         last = (run.stderr.strip().splitlines() or ["?"])[-1]
-        return {}, f"skipped ({hf_python} failed: {last})"
-    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    note = f"torch {rows[0]['torch']}, {rows[0]['threads']} threads" if rows else ""
-    return {"HF PyTorch": {"encode_ids": {r["batch"]: r["seconds"] for r in rows}}}, note
+        return [], f"skipped ({python} failed: {last})"
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")], ""
+
+
+def peer_command(kind: str, workdir: str, args: argparse.Namespace) -> list[str]:
+    command = [kind, "--seq", str(args.seq), "--batches", ",".join(map(str, args.batches))]
+    command += ["--calls", str(args.calls), "--warmup", str(args.warmup)]
+    command += ["--model-dir", os.path.join(workdir, "hf", "discriminator")]
+    if kind == "ort":
+        command += ["--reference", os.path.join(workdir, "reference.npz")]
+    return command
+
+
+def bench_hf(workdir: str, args: argparse.Namespace) -> tuple[dict, str]:
+    records, why = run_peer(args.hf_python, peer_command("serve", workdir, args), "--hf-python")
+    if not records:
+        return {}, why or "skipped (no output)"
+    note = f"torch {records[0]['torch']}, {records[0]['threads']} threads, the same weights"
+    return {"HF PyTorch": {"encode_ids": {r["batch"]: r["seconds"] for r in records}}}, note
+
+
+def bench_ort(workdir: str, args: argparse.Namespace) -> tuple[dict, str]:
+    if args.no_ort:
+        return {}, "skipped (--no-ort)"
+    records, why = run_peer(args.ort_python, peer_command("ort", workdir, args), "--ort-python")
+    if not records:
+        return {}, why or "skipped (no output)"
+    results: dict[str, dict] = {}
+    differences = {}
+    for r in records:
+        name = f"ONNX Runtime {'fp32' if r['precision'] == 'float32' else r['precision']}"
+        results.setdefault(name, {"encode_ids": {}})["encode_ids"][r["batch"]] = r["seconds"]
+        differences[r["precision"]] = r["max_abs_diff"]
+    agreement = ", ".join(
+        f"{p} logits within {d:.1e} of this project's"
+        for p, d in differences.items()
+        if d is not None
+    )
+    note = f"onnxruntime {records[0]['onnxruntime']}, {records[0]['threads']} threads; {agreement}"
+    return results, note
 
 
 def stats(seconds: list[float], batch: int) -> dict[str, float]:
@@ -261,15 +333,32 @@ def stats(seconds: list[float], batch: int) -> dict[str, float]:
     }
 
 
-def print_report(results: dict, notes: list[str], args: argparse.Namespace) -> None:
+def p50_ratios(results: dict, batches) -> list[tuple[str, str, int, float]]:
+    """(our variant, peer, batch, peer p50 / our p50) for every electra-tf export and peer."""
+    p50 = {
+        (variant, signature, batch): percentile(seconds, 50)
+        for variant, by_signature in results.items()
+        for signature, by_batch in by_signature.items()
+        for batch, seconds in by_batch.items()
+    }
+    ratios = []
+    for variant in [v for v in results if v.startswith("electra-tf")]:
+        for batch in batches:
+            ours = p50.get((variant, "encode_ids", batch))
+            for peer in PEERS:
+                if ours and (peer, "encode_ids", batch) in p50:
+                    ratios.append((variant, peer, batch, p50[(peer, "encode_ids", batch)] / ours))
+    return ratios
+
+
+def print_report(results: dict, notes: list[str], args: argparse.Namespace, run_info: dict) -> None:
     import tensorflow as tf
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     intra, inter = (t or "default" for t in args.threads)
     print(f"\nELECTRA-Small discriminator, seq {args.seq}; {args.calls} timed calls per row after "
-          f"{args.warmup} warm-up; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-          f"load average {load:.1f}; TensorFlow {tf.__version__}, threads intra {intra} / inter "
-          f"{inter}; " + "; ".join(notes) + "\n")  # fmt: skip
+          f"{args.warmup} warm-up; TensorFlow {tf.__version__}, threads intra {intra} / inter "
+          f"{inter}; " + "; ".join(notes))  # fmt: skip
+    print(machine.header(run_info["peak"], run_info["load_start"], run_info["load_end"]) + "\n")
     print("| model | signature | batch | p50 (ms) | p99 (ms) | requests/s |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for variant, by_signature in results.items():
@@ -278,45 +367,62 @@ def print_report(results: dict, notes: list[str], args: argparse.Namespace) -> N
                 s = stats(seconds, batch)
                 print(f"| {variant} | `{signature}` | {batch} | {s['p50']:.1f} | {s['p99']:.1f} "
                       f"| {s['requests_per_s']:.1f} |")  # fmt: skip
-    p50 = {
-        (variant, signature, batch): percentile(seconds, 50)
-        for variant, by_signature in results.items()
-        for signature, by_batch in by_signature.items()
-        for batch, seconds in by_batch.items()
-    }
     print("\nRatios of p50 latencies (> 1: the first is faster):")
+    for variant, peer, batch, ratio in p50_ratios(results, args.batches):
+        print(f"- {variant} `encode_ids` vs {peer}, batch {batch}: {ratio:.2f}x")
     for variant in [v for v in results if v.startswith("electra-tf")]:
         for batch in args.batches:
-            ours = p50[(variant, "encode_ids", batch)]
-            for peer in ("HF PyTorch", "baseline"):
-                if (peer, "encode_ids", batch) in p50:
-                    ratio = p50[(peer, "encode_ids", batch)] / ours
-                    print(f"- {variant} `encode_ids` vs {peer}, batch {batch}: {ratio:.2f}x")
-            text = p50[(variant, "serving_default", batch)]
+            ours = percentile(results[variant]["encode_ids"][batch], 50)
+            text = percentile(results[variant]["serving_default"][batch], 50)
             print(f"- {variant} `serving_default` / `encode_ids`, batch {batch}: "
                   f"{text / ours:.2f} (raw text's cost over ids)")  # fmt: skip
 
 
-def main() -> None:
-    args = parse_args()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def measure(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """Every row's timings and the notes: this checkout's exports, then the baseline and the
+    peers (each after the project's, with the same weights)."""
     with tempfile.TemporaryDirectory() as workdir:
         vocab_file, vocab_note = find_vocab(args.vocab_file, workdir)
-        results = bench_tf(vocab_file, workdir, args)
-        if args.tf_json:
-            with open(args.tf_json, "w", encoding="utf-8") as f:
-                json.dump(results, f)
-            return
-        notes = [f"vocab: {vocab_note}"]
+        results, notes = bench_tf(vocab_file, workdir, args)
+        notes = [f"vocab: {vocab_note}", *notes]
         if args.baseline:
             baseline, note = bench_baseline(args.baseline, vocab_file, args)
             results.update(baseline)
             notes.append(f"baseline: {note}")
-    hf, hf_note = bench_hf(args.hf_python, args)
-    results.update(hf)
-    notes.append(f"HF: {hf_note}")
-    print_report(results, notes, args)
+        for name, bench in (("HF", bench_hf), ("ONNX Runtime", bench_ort)):
+            peer, note = bench(workdir, args)
+            results.update(peer)
+            notes.append(f"{name}: {note}")
+    return results, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.tf_json:  # a --baseline subprocess: this checkout's default export only
+        with tempfile.TemporaryDirectory() as workdir:
+            vocab_file = args.vocab_file or find_vocab(None, workdir)[0]
+            results, _ = bench_tf(vocab_file, workdir, args)
+        with open(args.tf_json, "w", encoding="utf-8") as f:
+            json.dump(results, f)
+        return 0
+    load_start = machine.load_average()
+    peak = machine.measure_peak()
+    results, notes = measure(args)
+    run_info = {"peak": peak, "load_start": load_start, "load_end": machine.load_average()}
+    print_report(results, notes, args, run_info)
+    if args.json:
+        summary = {
+            variant: {
+                signature: {batch: stats(seconds, batch) for batch, seconds in by_batch.items()}
+                for signature, by_batch in by_signature.items()
+            }
+            for variant, by_signature in results.items()
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

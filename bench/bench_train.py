@@ -43,6 +43,7 @@ RESULT_TAG = "BENCH_RESULT "
 # name -> worker settings. "auto" means: what the project's config resolution picks here.
 # "parallel2": the batch as two micro-batches side by side (`parallel_micro_batches`), one
 # single-threaded core each (threads intra 1, inter 2, whatever --intra/--inter say).
+# "task": which step it times, and so which peers its ratios are against (bench/train_table.py).
 CONFIGS: dict[str, dict] = {
     "default": {"kind": "project", "precision": "auto", "jit": "auto"},
     "parallel2": {
@@ -58,10 +59,29 @@ CONFIGS: dict[str, dict] = {
     "bf16+xla": {"kind": "project", "precision": "mixed_bfloat16", "jit": "on"},
     "mg-fp32": {"kind": "peer", "precision": "float32", "jit": "off"},
     "mg-fp32+xla": {"kind": "peer", "precision": "float32", "jit": "on"},
+    # Hugging Face PyTorch under --hf-python (bench/peer_torch.py).
+    "hf-fp32": {"kind": "torch", "command": "pretrain"},
+    # The fine-tuning step of a GLUE classifier (bench/finetune_step.py) and its PyTorch peer.
+    "finetune": {"kind": "finetune", "task": "finetune"},
+    "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
 }
-DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32"
+DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32,hf-fp32,finetune,hf-finetune"
 PEER = "mg-fp32"
 BASELINE = "baseline"
+PEER_TORCH = os.path.join(HERE, "peer_torch.py")
+
+
+def task_of(name: str) -> str:
+    """ "pretrain" or "finetune": the step a configuration times."""
+    return CONFIGS["default" if name == BASELINE else name].get("task", "pretrain")
+
+
+def default_peer_python() -> str:
+    """$ELECTRA_PEER_PYTHON, else /tmp/hfenv/bin/python where it exists, else none."""
+    for path in (os.environ.get("ELECTRA_PEER_PYTHON", ""), "/tmp/hfenv/bin/python"):
+        if path and os.path.exists(path):
+            return path
+    return ""
 
 
 def checkout_revision(directory: str) -> str:
@@ -76,6 +96,13 @@ def checkout_revision(directory: str) -> str:
     return proc.stdout.strip()[:70] or "no git"
 
 
+def _encoder_flops(seq: int, hidden: int, layers: int, ffn: int) -> float:
+    """Forward matrix-product FLOPs per token of one encoder."""
+    dense = 4 * hidden * hidden + 2 * hidden * ffn  # q, k, v, output; FFN in and out
+    attention = 2 * seq * hidden  # scores and context, per token
+    return 2.0 * layers * (dense + attention)
+
+
 def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
     """Matrix-product FLOPs per token of one ELECTRA-Small train step (forward x 3).
 
@@ -84,22 +111,28 @@ def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
     discriminator head, and the generator head at the masked positions only (the fraction
     max_predictions / seq of tokens). Backward costs twice the forward.
     """
-
-    def encoder(hidden: int, layers: int, ffn: int) -> float:
-        dense = 4 * hidden * hidden + 2 * hidden * ffn  # q, k, v, output; FFN in and out
-        attention = 2 * seq * hidden  # scores and context, per token
-        return 2.0 * layers * (dense + attention)
-
     embedding = 128
     masked_fraction = int((0.15 + 0.005) * seq) / seq
     forward = (
-        encoder(256, 12, 1024)
-        + encoder(64, 12, 256)
+        _encoder_flops(seq, 256, 12, 1024)
+        + _encoder_flops(seq, 64, 12, 256)
         + 2.0 * embedding * (256 + 64)  # embeddings_project of both towers
         + 2.0 * 256 * 256  # discriminator_predictions/dense
         + masked_fraction * 2.0 * (64 * embedding + embedding * vocab)  # generator head
     )
     return 3.0 * forward
+
+
+def electra_small_finetune_flops_per_token(seq: int) -> float:
+    """Matrix-product FLOPs per token of one classifier fine-tuning step (forward x 3): the
+    discriminator's encoder and embedding projection (the [CLS] head is one row in `seq`)."""
+    return 3.0 * (_encoder_flops(seq, 256, 12, 1024) + 2.0 * 128 * 256)
+
+
+def flops_per_token(task: str, seq: int) -> float:
+    if task == "finetune":
+        return electra_small_finetune_flops_per_token(seq)
+    return electra_small_train_flops_per_token(seq)
 
 
 # ---------------------------------------------------------------------------------- workers
@@ -142,8 +175,15 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     elif settings["kind"] == "project":
         from bench.project_step import build_project_step
 
+        hparams = {**settings.get("hparams", {}), **json.loads(args.hparams)}
         run_step, params, resolved = build_project_step(
-            args.batch, args.seq, settings["precision"], settings["jit"], settings.get("hparams")
+            args.batch, args.seq, settings["precision"], settings["jit"], hparams
+        )
+    elif settings["kind"] == "finetune":
+        from bench.finetune_step import build_finetune_step
+
+        run_step, params, resolved = build_finetune_step(
+            args.batch, args.seq, json.loads(args.hparams)
         )
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")
@@ -155,6 +195,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "params": params,
         "step_s": step_s,
         "tokens_per_s": args.batch * args.seq / step_s,
+        "shape": [args.batch, args.seq],  # what the worker ran, as it understood its flags
         "build_s": build_seconds,
         "peak_rss_mib": _peak_rss_mib(),
         **resolved,
@@ -174,25 +215,46 @@ def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- parent
+# A child's entry point: `bench` from the harness checkout, imported first, then `electra_tf`
+# from the package checkout (put first on sys.path after `bench` is bound to the harness's).
+HARNESS_CODE = """import importlib, sys
+harness, package, module = sys.argv[1:4]
+sys.path.insert(0, harness)
+main = importlib.import_module("bench." + module).main
+sys.path.insert(0, package)
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def harness_command(harness: str, package: str, module: str) -> list[str]:
+    """The command line that runs `bench.<module>`'s `main` from the checkout `harness` with
+    the `electra_tf` package of the checkout `package` (the same, or a --baseline's)."""
+    return [sys.executable, "-c", HARNESS_CODE, harness, package, module]
+
+
 def run_child(
-    extra: list[str], args: argparse.Namespace, timeout: float, root: str = ROOT
+    extra: list[str],
+    args: argparse.Namespace,
+    timeout: float,
+    root: str = ROOT,
+    seq: int | None = None,
+    batch: int | None = None,
 ) -> dict[str, Any]:
-    """One worker in its own process; `root` is the checkout whose `electra_tf` it imports
-    (this file runs by its path; `bench` resolves to `root`'s when that is a package, else to
-    this checkout's)."""
+    """One worker in its own process, this checkout's harness importing the `electra_tf` of
+    the checkout `root` (`harness_command`). `seq`, `batch`: the shape (default: --seq,
+    --batch)."""
     command = [
-        sys.executable,
-        os.path.abspath(__file__),
+        *harness_command(ROOT, root, "bench_train"),
         *extra,
-        f"--batch={args.batch}",
-        f"--seq={args.seq}",
+        f"--batch={batch or args.batch}",
+        f"--seq={seq or args.seq}",
         f"--steps={args.steps}",
         f"--warmup={args.warmup}",
         f"--intra={args.intra}",
         f"--inter={args.inter}",
+        f"--hparams={args.hparams}",
     ]
-    path = os.pathsep.join(dict.fromkeys([root, ROOT]))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
@@ -200,6 +262,31 @@ def run_child(
     raise RuntimeError(
         f"bench worker {' '.join(extra)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     )
+
+
+def run_torch_child(
+    name: str, args: argparse.Namespace, timeout: float, seq: int, batch: int
+) -> dict[str, Any]:
+    """A PyTorch row: bench/peer_torch.py under --hf-python, as a worker's record."""
+    command = [args.hf_python, PEER_TORCH, CONFIGS[name]["command"], f"--batch={batch}"]
+    command += [f"--seq={seq}", f"--steps={args.steps}", f"--warmup={args.warmup}"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not records:
+        raise RuntimeError(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    step_s = statistics.median(records[0]["seconds"])
+    return {
+        "config": name,
+        "params": records[0]["params"],
+        "step_s": step_s,
+        "tokens_per_s": batch * seq / step_s,
+        "shape": [records[0]["batch"], records[0]["seq"]],
+        "peak_rss_mib": records[0]["peak_rss_mib"],
+        "precision": "float32",
+        "jit_compile": None,
+        "torch": records[0]["torch"],
+        "threads": [records[0]["threads"], 0],
+    }
 
 
 def run_extra(module: str, timeout: float) -> str:
@@ -219,15 +306,49 @@ def run_extra(module: str, timeout: float) -> str:
     return proc.stdout.strip()
 
 
-def main(argv: list[str] | None = None) -> int:
+def int_list(text: str) -> list[int]:
+    """`128,256,512` -> [128, 256, 512]; anything else is an argparse error."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas: {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers: {text!r}")
+    return values
+
+
+def batch_at(seq: int, args: argparse.Namespace) -> int:
+    """The batch at length `seq`: --tokens-per-batch // seq where given, else --batch."""
+    if args.tokens_per_batch:
+        return max(1, args.tokens_per_batch // seq)
+    return args.batch
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument(
+        "--seq-lengths", type=int_list, help="several sequence lengths, e.g. 128,256,512"
+    )
+    parser.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        help="the batch at each length is this // length (default: --batch at every length)",
+    )
     parser.add_argument("--steps", type=int, default=6, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"of {sorted(CONFIGS)}")
     parser.add_argument("--skip-peer", action="store_true", help="no Model Garden row")
+    parser.add_argument(
+        "--hf-python",
+        default=default_peer_python(),
+        help="an interpreter with torch and transformers, for the hf-* rows (default: "
+        "$ELECTRA_PEER_PYTHON, else /tmp/hfenv/bin/python where it exists)",
+    )
     parser.add_argument("--no-extras", action="store_true", help="skip bench_data/bench_serve")
     parser.add_argument("--intra", type=int, default=0, help="intra-op threads (0: TF default)")
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
@@ -236,10 +357,74 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", help="another checkout: its electra_tf as a 'baseline' row (default config)"
     )
+    parser.add_argument("--no-peak", action="store_true", help="skip the tf.matmul peak (no MFU)")
+    # More config fields for the project's rows (JSON): the tests' tiny model.
+    parser.add_argument("--hparams", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--matmul-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.seq_lengths = args.seq_lengths or [args.seq]
+    args.parser = parser
+    return args
 
+
+def row_names(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(the configurations to run, notes on those left out)."""
+    parser = args.parser
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    for name in names:
+        if name not in CONFIGS:
+            parser.error(f"--configs: unknown configuration {name!r}; known: {sorted(CONFIGS)}")
+    notes = []
+    if args.skip_peer:
+        names = [n for n in names if CONFIGS[n]["kind"] != "peer"]
+    elif PEER not in names and any(task_of(n) == "pretrain" for n in names):
+        names.append(PEER)
+    if any(task_of(n) == "finetune" for n in names) and "hf-finetune" not in names:
+        names.append("hf-finetune")
+    torch_rows = [n for n in names if CONFIGS[n]["kind"] == "torch"]
+    if torch_rows and not (args.hf_python and os.path.exists(args.hf_python)):
+        names = [n for n in names if n not in torch_rows]
+        notes.append(
+            f"{', '.join(torch_rows)}: skipped (no --hf-python interpreter with torch and "
+            "transformers; bench/README.md says how to make one)"
+        )
+    return names, notes
+
+
+def run_rounds(
+    args: argparse.Namespace, names: list[str], roots: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Every configuration at every length, `args.rounds` times interleaved; one record each
+    (bench/train_table.py). A configuration that fails is reported and left out."""
+    records: list[dict[str, Any]] = []
+    for round_index in range(args.rounds):
+        for seq in args.seq_lengths:
+            batch = batch_at(seq, args)
+            for name in names:
+                try:
+                    if CONFIGS.get(name, {}).get("kind") == "torch":
+                        result = run_torch_child(name, args, args.timeout, seq, batch)
+                    else:
+                        config = "default" if name == BASELINE else name
+                        result = run_child(
+                            [f"--worker={config}"], args, args.timeout, roots[name], seq, batch
+                        )
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    # One failed configuration must not discard the others' measurements.
+                    print(
+                        f"round {round_index + 1} seq {seq} {name:12s} FAILED: {str(e)[-500:]}",
+                        flush=True,
+                    )
+                    continue
+                result = {**result, "config": name, "round": round_index, "seq": seq}
+                records.append({**result, "batch": batch})
+                print_round(round_index, seq, name, result)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.worker:
         print(RESULT_TAG + json.dumps(worker(args)), flush=True)
         return 0
@@ -247,102 +432,74 @@ def main(argv: list[str] | None = None) -> int:
         print(RESULT_TAG + json.dumps(matmul_worker(args)), flush=True)
         return 0
 
-    names = [n.strip() for n in args.configs.split(",") if n.strip()]
-    for name in names:
-        if name not in CONFIGS:
-            parser.error(f"--configs: unknown configuration {name!r}; known: {sorted(CONFIGS)}")
-    if args.skip_peer:
-        names = [n for n in names if CONFIGS[n]["kind"] != "peer"]
-    elif PEER not in names:
-        names.append(PEER)
+    from bench import machine, train_table
+
+    names, notes = row_names(args)
     roots = dict.fromkeys(names, ROOT)
     if args.baseline:
         baseline = os.path.abspath(args.baseline)
         if not os.path.isdir(os.path.join(baseline, "electra_tf")):
-            parser.error(f"--baseline {args.baseline}: no electra_tf package in that folder")
+            args.parser.error(f"--baseline {args.baseline}: no electra_tf package in that folder")
         names.insert(0, BASELINE)
         roots[BASELINE] = baseline
         print(f"baseline: {baseline} ({checkout_revision(baseline)})", flush=True)
 
-    print(f"load average before: {os.getloadavg()}", flush=True)
-    peak = run_child(["--matmul-worker"], args, args.timeout)
-    print(
-        f"tf.matmul peak: fp32 {peak['float32_gflops']:.0f} GFLOP/s, "
-        f"bf16 {peak['bfloat16_gflops']:.0f} GFLOP/s",
-        flush=True,
-    )
-    results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    for round_index in range(args.rounds):
-        for name in names:
-            try:
-                config = "default" if name == BASELINE else name
-                result = run_child([f"--worker={config}"], args, args.timeout, roots[name])
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                # One failed configuration must not discard the others' measurements.
-                print(f"round {round_index + 1} {name:12s} FAILED: {str(e)[-500:]}", flush=True)
-                continue
-            results[name].append({**result, "round": round_index})
-            # The project's resolved step layout and thread pools (0 = TensorFlow's default).
-            layout = ""
-            if "parallel_micro_batches" in result:
-                intra, inter = result["threads"]
-                layout = (
-                    f", parallel_micro_batches {result['parallel_micro_batches']}, "
-                    f"threads ({intra}, {inter})"
-                )
-            print(
-                f"round {round_index + 1} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
-                f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB"
-                f"{layout})",
-                flush=True,
-            )
-    print(f"load average after: {os.getloadavg()}", flush=True)
+    load_start = machine.load_average()
+    print(f"load average before: {load_start:.2f}", flush=True)
+    for note in notes:
+        print(note, flush=True)
+    peak = None if args.no_peak else run_child(["--matmul-worker"], args, args.timeout)
+    if peak:
+        print(
+            f"tf.matmul peak: fp32 {peak['float32_gflops']:.0f} GFLOP/s, "
+            f"bf16 {peak['bfloat16_gflops']:.0f} GFLOP/s",
+            flush=True,
+        )
+    records = run_rounds(args, names, roots)
+    load_end = machine.load_average()
+    print(f"load average after: {load_end:.2f}", flush=True)
 
-    flops = electra_small_train_flops_per_token(args.seq)
-    print(
-        f"\nELECTRA-Small train step, batch {args.batch} x {args.seq}, "
-        f"median of {args.rounds} round(s) x {args.steps} steps; "
-        f"{flops / 1e6:.1f} MFLOP/token in matmuls"
+    rows = train_table.summarise(
+        records, names, {n: task_of(n) for n in names}, flops_per_token, peak
     )
-    print("| configuration | precision | XLA | tokens/s | vs MG fp32 | MFU | peak RSS MiB |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
-    summary = {"matmul_peak": peak, "flops_per_token": flops, "rows": {}}
-    for name in names:
-        runs = results[name]
-        if not runs:
-            print(f"| {name} | failed | | | | | |")
-            continue
-        tokens = statistics.median(r["tokens_per_s"] for r in runs)
-        # Ratios pair each run with the peer of the same round (measured minutes apart).
-        peer_by_round = {p["round"]: p["tokens_per_s"] for p in results.get(PEER, [])}
-        ratios = [
-            r["tokens_per_s"] / peer_by_round[r["round"]]
-            for r in runs
-            if r["round"] in peer_by_round
-        ]
-        if name == PEER:
-            ratio = "1.00x"
-        elif ratios:
-            ratio = f"{statistics.median(ratios):.2f}x"
-        else:
-            ratio = "-"
-        precision = runs[0]["precision"]
-        gflops = peak["bfloat16_gflops" if "bfloat16" in precision else "float32_gflops"]
-        mfu = tokens * flops / (gflops * 1e9)
-        rss = max(r["peak_rss_mib"] for r in runs)
-        xla = "on" if runs[0]["jit_compile"] else "off"
-        print(f"| {name} | {precision} | {xla} | {tokens:.0f} | {ratio} | {mfu:.1%} | {rss:.0f} |")
-        summary["rows"][name] = {"tokens_per_s": tokens, "ratio": ratio, "mfu": mfu, "rss": rss}
-
+    lengths = ", ".join(f"{s} (batch {batch_at(s, args)})" for s in args.seq_lengths)
+    print(
+        f"\nELECTRA-Small train steps (pretrain: the pre-training step; finetune: a GLUE "
+        f"classifier's), sequence length {lengths}; median of {args.rounds} round(s) x "
+        f"{args.steps} steps; ratios per round against the peer of the same round and length"
+    )
+    print(machine.header(peak, load_start, load_end))
+    print(train_table.markdown(rows))
+    for note in notes:
+        print(f"\n{note}")
     if not args.no_extras:
         for module in ("bench_data", "bench_serve"):
             print(f"\n== {module}\n{run_extra(module, args.timeout)}", flush=True)
     if args.json:
         tmp = f"{args.json}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"results": results, "summary": summary}, f, indent=2)
+            summary = {"matmul_peak": peak, "rows": rows}
+            json.dump({"records": records, "summary": summary}, f, indent=2)
         os.replace(tmp, args.json)
     return 0
+
+
+def print_round(round_index: int, seq: int, name: str, result: dict[str, Any]) -> None:
+    # The project's resolved step layout and thread pools (0 = TensorFlow's default).
+    layout = ""
+    if "parallel_micro_batches" in result:
+        intra, inter = result["threads"]
+        layout = (
+            f", parallel_micro_batches {result['parallel_micro_batches']}, "
+            f"threads ({intra}, {inter})"
+        )
+    elif "torch" in result:
+        layout = f", torch {result['torch']}, {result['threads'][0]} threads"
+    print(
+        f"round {round_index + 1} seq {seq} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
+        f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB{layout})",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -43,5 +43,12 @@ def matmul_peak(dtype: tf.DType, repeats: int = 2) -> float:
 
 
 if __name__ == "__main__":
-    for name, dtype in (("float32", tf.float32), ("bfloat16", tf.bfloat16)):
-        print(f"{name}: {matmul_peak(dtype):.1f} GFLOP/s")
+    import json
+    import sys
+
+    peaks = {f"{name}_gflops": matmul_peak(getattr(tf, name)) for name in ("float32", "bfloat16")}
+    if "--json" in sys.argv[1:]:  # one line, for bench.machine.measure_peak
+        print(json.dumps(peaks))
+    else:
+        for key, gflops in peaks.items():
+            print(f"{key.split('_')[0]}: {gflops:.1f} GFLOP/s")

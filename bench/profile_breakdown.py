@@ -355,6 +355,84 @@ def breakdown(
     }
 
 
+# ---------------------------------------------------------------------------------- attention
+ATTENTION_PARTS: dict[str, str] = {
+    "products": "QK^T and AV products (forward and gradients)",
+    "softmax_mask": "scale, mask add, softmax (forward and gradient)",
+    "dropout": "dropout on the attention probabilities",
+}
+BATCH_MATMUL_TYPES = re.compile(r"BatchMatMul")
+
+
+def attention_scores_shaped(shape: Sequence[int | None], seq_len: int) -> bool:
+    """A [batch, heads, seq_q, seq_k] tensor: rank 4, heads known and unlike the length, the
+    last dimension the key length (or unknown). Takes the scores, the probabilities, the
+    [batch, 1, 1, seq_k] mask bias; not the heads' split [batch, seq, heads, head_size], nor
+    [batch, heads, seq, head_size] unless head_size equals the length."""
+    return (
+        len(shape) == 4
+        and shape[1] is not None
+        and shape[1] != seq_len
+        and shape[3] in (seq_len, None)
+    )
+
+
+def attention_part(op: dict[str, Any], seq_len: int) -> str | None:
+    """Which part of attention one op of a breakdown's `ops` list is, or None.
+
+    With shapes: any op with an input or output shaped like the scores (but none of the
+    optimizer's); a matrix product is a product, an op in a dropout scope is dropout, the rest
+    is scale, mask and softmax. Without shapes: a BatchMatMul (in this project's encoder only
+    the attention products are batched; the dense layers run on 2-D rows) or a Softmax op.
+    """
+    if op["category"] in ("optimizer", "input", "executor"):
+        return None
+    kind = base_type(op["type"])
+    shapes = op.get("shapes")
+    if shapes:
+        if not any(attention_scores_shaped(shape, seq_len) for shape in shapes):
+            return None
+    elif not (BATCH_MATMUL_TYPES.search(kind) or SOFTMAX_TYPES.search(kind)):
+        return None
+    if MATMUL_TYPES.search(kind):
+        return "products"
+    if op["category"] in ("dropout_rng", "dropout_apply"):
+        return "dropout"
+    return "softmax_mask"
+
+
+def attention_share(result: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """Attention's time in one breakdown (`breakdown`'s result): ms per step and share of the
+    busy time, in total and per part (ATTENTION_PARTS)."""
+    parts = dict.fromkeys(ATTENTION_PARTS, 0.0)
+    for op in result["ops"]:
+        part = attention_part(op, seq_len)
+        if part:
+            parts[part] += op["ms_per_step"]
+    busy = result["busy_ms_per_step"]
+    total = sum(parts.values())
+    return {
+        "ms_per_step": total,
+        "share_of_busy": total / busy if busy > 0 else 0.0,
+        "parts": {
+            key: {"ms_per_step": ms, "share_of_busy": ms / busy if busy > 0 else 0.0}
+            for key, ms in parts.items()
+        },
+    }
+
+
+def attention_line(attention: dict[str, Any]) -> str:
+    parts = ", ".join(
+        f"{ATTENTION_PARTS[key]} {part['share_of_busy']:.1%}"
+        for key, part in attention["parts"].items()
+    )
+    return (
+        f"- attention (QK^T, scale and mask, softmax, AV, dropout on the probabilities, with "
+        f"their gradients): {attention['ms_per_step']:.2f} ms/step, "
+        f"{attention['share_of_busy']:.1%} of busy ({parts})"
+    )
+
+
 def markdown(title: str, result: dict[str, Any]) -> str:
     r = result
     unprofiled = r["unprofiled_ms_per_step"]
@@ -370,6 +448,7 @@ def markdown(title: str, result: dict[str, Any]) -> str:
         f"- background tf.data (not in the shares): {r['background_tfdata_ms_per_step']:.2f} ms/step",
         f"- ops found in the traced graphs (shapes known): {r['ops_with_shapes']} of "
         f"{r['distinct_ops']} distinct ops",
+        *([attention_line(r["attention"])] if "attention" in r else []),
         "",
         "| category | ms/step | % of busy | % of wall |",
         "| --- | ---: | ---: | ---: |",
@@ -649,6 +728,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     )
     params = sum(int(tf.size(v)) for v in model.trainable_variables)
     result.update(
+        attention=attention_share(result, args.seq),
         path="train",
         title=(
             f"train step, batch {args.batch} x seq {args.seq}, {config.precision}, "
@@ -730,6 +810,7 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
             model_scope=model.name,
         )
         result.update(
+            attention=attention_share(result, args.seq),
             path="serve",
             batch=batch,
             title=(
@@ -763,6 +844,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="train step XLA (auto: as the config resolves it, off on CPU)",
     )
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps: smoke run")
+    parser.add_argument(
+        "--no-peak", action="store_true", help="skip the tf.matmul peak (--quick skips it too)"
+    )
     parser.add_argument("--intra", type=int, default=0, help="intra-op threads (0: TF default)")
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
     parser.add_argument("--out", help="write the breakdown as JSON here")
@@ -804,6 +888,11 @@ def main(argv: list[str] | None = None) -> int:
     logdir = args.logdir or tempfile.mkdtemp(prefix="electra-profile-trace-")
     os.makedirs(logdir, exist_ok=True)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    peak = None
+    if not (args.quick or args.no_peak):  # the processor's matmul peak, for the header
+        from bench.machine import measure_peak
+
+        peak = measure_peak()
     results = []
     if args.path in ("train", "both"):
         results.append(profile_train(args, os.path.join(logdir, "train")))
@@ -818,13 +907,17 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": load_before,
         "load_average_after": load_after,
         "quick": args.quick,
+        "matmul_peak": peak,
         "logdir": logdir,
     }
+    from bench.machine import header
+
     print(
         f"## Profile breakdown{' (--quick: tiny model)' if args.quick else ''}\n\n"
-        f"TensorFlow {machine['tensorflow']}, {machine['cpus']} CPUs, threads intra "
-        f"{machine['intra_op_threads']} / inter {machine['inter_op_threads']} (0 = TF default), "
-        f"load average {load_before:.1f} before, {load_after:.1f} after; trace in {logdir}\n"
+        f"{header(peak, load_before, load_after)}\n\n"
+        f"TensorFlow {machine['tensorflow']}, threads intra "
+        f"{machine['intra_op_threads']} / inter {machine['inter_op_threads']} (0 = TF default); "
+        f"trace in {logdir}\n"
     )
     for result in results:
         print(markdown(result["title"], result) + "\n")

@@ -1,28 +1,47 @@
-"""bench/bench_train.py's parent: rounds, rows and the --baseline row, with the workers faked
-(a real worker builds ELECTRA-Small, too slow for the suite; `make bench` runs them)."""
+"""bench/bench_train.py's parent: rounds, lengths, rows, the peers and the --baseline row, with
+the workers faked (a real worker builds ELECTRA-Small, too slow for the suite; `make bench`
+runs them); then one tiny run through the real workers at two sequence lengths."""
+
+import json
 
 import pytest
 
 from bench import bench_train
 
+TINY = (
+    '{"model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 1, '
+    '"num_attention_heads": 2, "intermediate_size": 64}, "embedding_size": 16, '
+    '"vocab_size": 1999}'
+)
+
 
 @pytest.fixture
 def fake_workers(monkeypatch):
     calls = []
-    speed = {"default": 500.0, "mg-fp32": 400.0}
+    speed = {"default": 500.0, "mg-fp32": 400.0, "finetune": 900.0}
+    torch_speed = {"hf-fp32": 250.0, "hf-finetune": 300.0}
 
-    def run_child(extra, args, timeout, root=bench_train.ROOT):
-        calls.append((extra[0], root))
+    def record(config, tokens, jit):
+        return {
+            "config": config, "params": 1, "step_s": 1.0, "tokens_per_s": tokens,
+            "build_s": 0.0, "peak_rss_mib": 100.0, "precision": "float32", "jit_compile": jit,
+        }  # fmt: skip
+
+    def run_child(extra, args, timeout, root=bench_train.ROOT, seq=None, batch=None):
+        calls.append((extra[0], root, seq, batch))
         if extra[0] == "--matmul-worker":
             return {"float32_gflops": 100.0, "bfloat16_gflops": 400.0}
         config = extra[0].split("=", 1)[1]
-        tokens = speed[config] * (0.8 if root != bench_train.ROOT else 1.0)
-        return {
-            "config": config, "params": 1, "step_s": 1.0, "tokens_per_s": tokens, "build_s": 0.0,
-            "peak_rss_mib": 100.0, "precision": "float32", "jit_compile": False,
-        }  # fmt: skip
+        # A longer sequence is slower per token; the other checkout is slower.
+        tokens = speed[config] * 128 / (seq or 128) * (0.8 if root != bench_train.ROOT else 1.0)
+        return record(config, tokens, False)
+
+    def run_torch_child(name, args, timeout, seq, batch):
+        calls.append((name, "torch", seq, batch))
+        return record(name, torch_speed[name] * 128 / seq, None)
 
     monkeypatch.setattr(bench_train, "run_child", run_child)
+    monkeypatch.setattr(bench_train, "run_torch_child", run_torch_child)
     return calls
 
 
@@ -32,8 +51,8 @@ def test_the_baseline_row_runs_the_default_config_from_the_other_checkout(
     other = tmp_path / "old"
     (other / "electra_tf").mkdir(parents=True)
     argv = ["--configs", "default", "--rounds", "2", "--no-extras", "--baseline", str(other)]
-    assert bench_train.main(argv) == 0
-    workers = [c for c in fake_workers if c[0] != "--matmul-worker"]
+    assert bench_train.main([*argv, "--hf-python", ""]) == 0
+    workers = [c[:2] for c in fake_workers if c[0] != "--matmul-worker"]
     # Interleaved: baseline, default, peer in each round; only the baseline from the other tree.
     assert workers == 2 * [
         ("--worker=default", str(other)),
@@ -41,8 +60,8 @@ def test_the_baseline_row_runs_the_default_config_from_the_other_checkout(
         ("--worker=mg-fp32", bench_train.ROOT),
     ]
     out = capsys.readouterr().out
-    assert "| baseline | float32 | off | 400 | 1.00x |" in out
-    assert "| default | float32 | off | 500 | 1.25x |" in out
+    assert "| 128 | 32 | baseline | pretrain | float32 | off | 400 | 1.00x | - |" in out
+    assert "| 128 | 32 | default | pretrain | float32 | off | 500 | 1.25x | - |" in out
 
 
 def test_a_baseline_without_the_package_is_refused(fake_workers, tmp_path, capsys):
@@ -51,3 +70,72 @@ def test_a_baseline_without_the_package_is_refused(fake_workers, tmp_path, capsy
     assert e.value.code == 2
     assert f"--baseline {tmp_path}: no electra_tf package" in capsys.readouterr().err
     assert fake_workers == []
+
+
+def test_seq_lengths_at_a_fixed_number_of_tokens_per_batch(fake_workers, capsys, tmp_path):
+    argv = ["--configs", "default,hf-fp32", "--seq-lengths", "128,256,512", "--no-extras"]
+    argv += ["--tokens-per-batch", "4096", "--rounds", "1", "--hf-python", str(tmp_path)]
+    assert bench_train.main(argv) == 0
+    shapes = [(c[0], c[2], c[3]) for c in fake_workers if c[0] != "--matmul-worker"]
+    assert shapes == [
+        (name, seq, batch)
+        for seq, batch in ((128, 32), (256, 16), (512, 8))
+        for name in ("--worker=default", "hf-fp32", "--worker=mg-fp32")
+    ]
+    out = capsys.readouterr().out
+    assert "sequence length 128 (batch 32), 256 (batch 16), 512 (batch 8)" in out
+    # Per length: the ratio to each peer of the same length (500/400 and 500/250 at every one).
+    assert "| 512 | 8 | default | pretrain | float32 | off | 125 | 1.25x | 2.00x |" in out
+    assert "| 512 | 8 | hf-fp32 | pretrain | float32 | - | 62 | 0.62x | 1.00x |" in out
+    assert "processor: " in out and "load average " in out
+
+
+def test_finetune_rows_against_pytorch_and_rows_skipped_without_an_interpreter(
+    fake_workers, capsys
+):
+    # hf-finetune, the fine-tuning row's peer, is added as mg-fp32 is to a pre-training row.
+    argv = ["--configs", "finetune,hf-fp32", "--rounds", "1", "--no-extras"]
+    assert bench_train.main([*argv, "--hf-python", "/nonexistent/python"]) == 0
+    out = capsys.readouterr().out
+    assert "hf-fp32, hf-finetune: skipped (no --hf-python interpreter" in out
+    assert "| 128 | 32 | finetune | finetune | float32 | off | 900 | - | - |" in out
+    fake_workers.clear()
+    assert bench_train.main([*argv, "--hf-python", bench_train.PEER_TORCH]) == 0
+    out = capsys.readouterr().out
+    # The fine-tuning step against PyTorch's fine-tuning step; no Model Garden peer for it.
+    assert "| 128 | 32 | finetune | finetune | float32 | off | 900 | - | 3.00x |" in out
+    names = [c[0] for c in fake_workers if c[0] != "--matmul-worker"]
+    assert names == ["--worker=finetune", "hf-fp32", "--worker=mg-fp32", "hf-finetune"]
+
+
+def test_unknown_configuration_and_bad_lengths_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench_train.main(["--configs", "default,fp64"])
+    assert "unknown configuration 'fp64'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_train.main(["--seq-lengths", "128,x"])
+    assert "expected integers separated by commas: '128,x'" in capsys.readouterr().err
+
+
+def test_a_tiny_run_through_the_real_workers_at_two_lengths(capsys, tmp_path, monkeypatch):
+    """The real subprocesses, steps and table: the pre-training and fine-tuning steps of a tiny
+    model, 1 timed step at lengths 32 and 64 (about 4 x 6 s of CPU)."""
+    out_json = tmp_path / "bench.json"
+    argv = ["--configs", "default,finetune", "--seq-lengths", "32,64", "--batch", "2"]
+    argv += ["--steps", "1", "--warmup", "1", "--rounds", "1", "--skip-peer", "--no-extras"]
+    argv += ["--no-peak", "--hf-python", "", "--hparams", TINY, "--json", str(out_json)]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert bench_train.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out, out
+    rows = json.loads(out_json.read_text())["summary"]["rows"]
+    assert [(r["seq"], r["config"], r["batch"]) for r in rows] == [
+        (32, "default", 2), (32, "finetune", 2), (64, "default", 2), (64, "finetune", 2),
+    ]  # fmt: skip
+    records = json.loads(out_json.read_text())["records"]
+    for row in rows:
+        assert row["tokens_per_s"] > 0 and row["mfu"] is None
+    # Each worker ran the shape of its row, with the tiny model (not ELECTRA-Small): both
+    # steps built from the hparams given.
+    assert [r["shape"] for r in records] == [[2, 32], [2, 32], [2, 64], [2, 64]]
+    assert all(r["params"] < 200_000 for r in records), [r["params"] for r in records]

@@ -349,6 +349,19 @@ def test_quick_run_end_to_end(tmp_path):
     assert profiles[1]["categories"]["optimizer"]["ms_per_step"] == 0
     assert "### train step, batch 4 x seq 32" in run.stdout
     assert "### serving `encode_ids`, batch 1 x seq 32" in run.stdout
+    # Attention found in every profile: its products, softmax and (training) dropout.
+    for profile in profiles:
+        parts = profile["attention"]["parts"]
+        assert parts["products"]["ms_per_step"] > 0 and parts["softmax_mask"]["ms_per_step"] > 0
+        assert (
+            0
+            < profile["attention"]["share_of_busy"]
+            < profile["categories"]["matmul"]["share_of_busy"]
+            + profile["categories"]["attention_softmax"]["share_of_busy"]
+            + 0.2
+        )
+    assert profiles[0]["attention"]["parts"]["dropout"]["ms_per_step"] > 0
+    assert "- attention (QK^T" in run.stdout and "processor: " in run.stdout
 
 
 def test_the_hand_written_training_forms_are_counted_as_layer_norm_and_gelu():
@@ -381,3 +394,98 @@ def test_the_hand_written_training_forms_are_counted_as_layer_norm_and_gelu():
             raise AssertionError(f"{op.name} ({op.type}) is uncategorised")
     # Forward and gradient: 9 + 11 LayerNorm ops, 5 + 7 GELU ops (as written in utils.py).
     assert kinds["layer_norm"] > 15 and kinds["gelu"] > 10, kinds
+
+
+# ---------------------------------------------------------------------------------- attention
+LQ = 32  # the hand-built trace's sequence length; 4 heads of 16, batch 2
+SCORES = (2, 4, LQ, LQ)
+TRACE_OPS = [
+    # (name, type, start ns, duration ns, shapes)
+    (BODY + "discriminator/layer_0/query/MatMul", "_MklMatMul", 10, 300,
+     [(64, 64), (64, 64), (64, 64)]),
+    (BODY + "discriminator/layer_0/MatMul", "_MklBatchMatMulV2", 320, 100,
+     [(2, 4, LQ, 16), (2, 4, LQ, 16), SCORES]),
+    (BODY + "discriminator/layer_0/add", "AddV2", 430, 20, [SCORES, (2, 1, 1, LQ), SCORES]),
+    (BODY + "discriminator/layer_0/Softmax", "_MklSoftmax", 450, 50, [SCORES, SCORES]),
+    (BODY + "discriminator/layer_0/dropout_1/dropout/SelectV2", "SelectV2", 500, 30,
+     [SCORES, SCORES, (), SCORES]),
+    (BODY + "discriminator/layer_0/MatMul_1", "_MklBatchMatMulV2", 530, 100,
+     [SCORES, (2, 4, LQ, 16), (2, 4, LQ, 16)]),
+    # The generator's vocabulary softmax: a Softmax, but not attention's.
+    (BODY + "Softmax", "Softmax", 640, 100, [(8, 1999), (8, 1999)]),
+    # The head split [batch, seq, heads, head_size]: not attention.
+    (BODY + "discriminator/layer_0/transpose", "Transpose", 750, 40,
+     [(2, LQ, 4, 16), (4,), (2, 4, LQ, 16)]),
+]  # fmt: skip
+
+
+def hand_built_trace(directory):
+    """An .xplane.pb with one profiled window [0, 1000) ns: on the executor's thread an
+    `ExecutorState::Process` [0, 900) ns around TRACE_OPS (so 900 - 740 = 160 ns of executor
+    time of its own)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    names = [pb.WINDOW, "ExecutorState::Process"] + [f"{n}:{t}" for n, t, *_ in TRACE_OPS]
+    for index, name in enumerate(names, start=1):
+        plane.event_metadata[index].id = index
+        plane.event_metadata[index].name = name
+    python = plane.lines.add(id=1, name="python", timestamp_ns=0)
+    python.events.add(metadata_id=1, offset_ps=0, duration_ps=1000 * 1000)
+    executor = plane.lines.add(id=2, name="tf_inter_op", timestamp_ns=0)
+    executor.events.add(metadata_id=2, offset_ps=0, duration_ps=900 * 1000)
+    for index, (_, _, start, duration, _) in enumerate(TRACE_OPS, start=3):
+        executor.events.add(metadata_id=index, offset_ps=start * 1000, duration_ps=duration * 1000)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "host.xplane.pb"), "wb") as f:
+        f.write(space.SerializeToString())
+
+
+def test_attention_share_of_a_hand_built_trace(tmp_path):
+    hand_built_trace(str(tmp_path))
+    trace = pb.read_trace(str(tmp_path))
+    shapes = {name: op_shapes for name, _, _, _, op_shapes in TRACE_OPS}
+    result = pb.breakdown(
+        trace["ops"], 1, trace["wall_s"], trace["executor_s"], shapes=shapes, vocab_size=1999
+    )
+    # Busy: 740 ns of ops + 160 ns of executor; attention: QK^T, mask add, softmax, dropout, AV.
+    assert result["busy_ms_per_step"] == pytest.approx(900e-6)
+    attention = pb.attention_share(result, LQ)
+    assert attention["ms_per_step"] == pytest.approx(300e-6)
+    assert attention["share_of_busy"] == pytest.approx(300 / 900)
+    parts = {k: v["share_of_busy"] for k, v in attention["parts"].items()}
+    assert parts == pytest.approx({"products": 200 / 900, "softmax_mask": 70 / 900,
+                                   "dropout": 30 / 900})  # fmt: skip
+    assert "33.3% of busy" in pb.markdown("t", {**result, "attention": attention})
+
+
+def test_attention_without_shapes_counts_only_batched_products_and_softmax():
+    ops = [
+        {"op": "x/MatMul", "type": "_MklBatchMatMulV2", "category": "matmul", "ms_per_step": 2.0},
+        {"op": "x/Softmax", "type": "Softmax", "category": "attention_softmax",
+         "ms_per_step": 1.0},
+        {"op": "x/add", "type": "AddV2", "category": "other", "ms_per_step": 4.0},
+        {"op": "x/dense/MatMul", "type": "_MklMatMul", "category": "matmul", "ms_per_step": 8.0},
+    ]  # fmt: skip
+    result = {"ops": [{**op, "shapes": None} for op in ops], "busy_ms_per_step": 20.0}
+    attention = pb.attention_share(result, 128)
+    assert attention["ms_per_step"] == pytest.approx(3.0)
+    assert attention["share_of_busy"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize(
+    "shape, seq_len, expected",
+    [
+        ((32, 4, 128, 128), 128, True),  # scores / probabilities
+        ((32, 4, 64, 128), 128, True),  # one query block's scores against every key
+        ((32, 1, 1, 128), 128, True),  # the mask bias
+        ((None, 4, None, None), 128, True),  # a serving signature's unknown batch and length
+        ((32, 128, 4, 64), 128, False),  # the heads' split before the transpose
+        ((32, 64, 4, 64), 64, False),  # ... where head_size equals the length
+        ((32, 4, 128, 64), 128, False),  # [batch, heads, seq, head_size]
+        ((32, 128, 256), 128, False),
+    ],
+)
+def test_attention_scores_shaped(shape, seq_len, expected):
+    assert pb.attention_scores_shaped(shape, seq_len) is expected

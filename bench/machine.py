@@ -1,0 +1,89 @@
+"""What every benchmark table names: the processor, its vector and matrix units, the measured
+`tf.matmul` peak, and the load average when the run started and ended.
+
+A speed holds for one processor and one load; a table that does not say which is no figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The instruction-set flags that decide which kernels run (Linux /proc/cpuinfo names).
+ISA_FLAGS = (
+    "fma",
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+def read_cpuinfo(text: str) -> tuple[str, list[str]]:
+    """(model name, the ISA_FLAGS present, in ISA_FLAGS' order) from /proc/cpuinfo's text."""
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model, [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def processor() -> str:
+    """`AMD EPYC, 2 CPUs, fma avx2` (the model name, CPU count and ISA flags)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model, flags = read_cpuinfo(f.read())
+    except OSError:
+        model, flags = "", []
+    model = model or platform.processor() or platform.machine()
+    isa = " ".join(flags) if flags else "no AVX2/AVX-512/AMX flags found"
+    return f"{model}, {os.cpu_count()} CPUs, {isa}"
+
+
+def measure_peak(timeout: float = 600) -> dict[str, float] | None:
+    """`bench.matmul_peak`'s float32 and bfloat16 GFLOP/s, measured in a fresh process (with
+    TensorFlow's default threads, whatever the caller's own process has set), or None."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    command = [sys.executable, "-m", "bench.matmul_peak", "--json"]
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+
+
+def load_average() -> float:
+    """The 1-minute load average (NaN where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def header(peak: dict[str, float] | None, load_start: float, load_end: float | None = None) -> str:
+    """One line for above a table: processor, matmul peak (`bench.matmul_peak`'s GFLOP/s in
+    float32 and bfloat16, or None where not measured), load averages."""
+    parts = [f"processor: {processor()}"]
+    if peak:
+        parts.append(
+            f"tf.matmul peak fp32 {peak['float32_gflops']:.0f}, "
+            f"bf16 {peak['bfloat16_gflops']:.0f} GFLOP/s"
+        )
+    load = f"load average {load_start:.1f} at start"
+    if load_end is not None:
+        load += f", {load_end:.1f} at end"
+    parts.append(load)
+    return "; ".join(parts)

@@ -1,0 +1,119 @@
+"""`make bench`'s table: medians over rounds, per-round ratios against the peers, MFU.
+
+Pure functions over the workers' records, so the arithmetic is tested without running a step.
+A record is one configuration at one sequence length in one round:
+`{"config", "seq", "batch", "round", "tokens_per_s", "peak_rss_mib", "precision",
+"jit_compile"}` (`jit_compile` None where XLA does not apply: the PyTorch rows).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# The peer columns: (column title, {task: the configuration each row of that task is divided by}).
+PEER_COLUMNS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("vs MG fp32", {"pretrain": "mg-fp32"}),
+    ("vs HF PyTorch", {"pretrain": "hf-fp32", "finetune": "hf-finetune"}),
+)
+
+
+def paired_ratio(
+    runs: Sequence[dict[str, Any]], peer_runs: Sequence[dict[str, Any]]
+) -> float | None:
+    """Median over rounds of tokens/s divided by the peer's of the same round and length.
+
+    Pairing by round keeps each ratio to two measurements minutes apart, so load that came
+    and went between rounds moves both; None when no round has both.
+    """
+    peer = {(p["round"], p["seq"]): p["tokens_per_s"] for p in peer_runs}
+    ratios = [
+        r["tokens_per_s"] / peer[(r["round"], r["seq"])]
+        for r in runs
+        if (r["round"], r["seq"]) in peer
+    ]
+    return statistics.median(ratios) if ratios else None
+
+
+def summarise(
+    records: Sequence[dict[str, Any]],
+    names: Sequence[str],
+    task_of: dict[str, str],
+    flops_per_token: Callable[[str, int], float],
+    peak: dict[str, float] | None,
+) -> list[dict[str, Any]]:
+    """One row per (sequence length, configuration), in length then `names` order.
+
+    `task_of`: configuration -> "pretrain" or "finetune" (which peers apply);
+    `flops_per_token(task, seq)`: matrix-product FLOPs of one token's step (for MFU);
+    `peak`: `bench.matmul_peak`'s float32 / bfloat16 GFLOP/s (None: no MFU).
+    A configuration with no record at a length gives a row with `failed` set.
+    """
+    rows = []
+    for seq in sorted({r["seq"] for r in records}):
+        at_seq = [r for r in records if r["seq"] == seq]
+        for name in names:
+            runs = [r for r in at_seq if r["config"] == name]
+            row: dict[str, Any] = {"seq": seq, "config": name, "failed": not runs}
+            if runs:
+                task = task_of[name]
+                tokens = statistics.median(r["tokens_per_s"] for r in runs)
+                precision = runs[0]["precision"]
+                key = "bfloat16_gflops" if "bfloat16" in precision else "float32_gflops"
+                gflops = peak[key] if peak else None
+                ratios = {}
+                for title, peers in PEER_COLUMNS:
+                    peer = peers.get(task)
+                    peer_runs = [r for r in at_seq if r["config"] == peer]
+                    ratios[title] = 1.0 if name == peer else paired_ratio(runs, peer_runs)
+                row.update(
+                    batch=runs[0]["batch"],
+                    task=task,
+                    precision=precision,
+                    jit_compile=runs[0]["jit_compile"],
+                    tokens_per_s=tokens,
+                    ratios=ratios,
+                    mfu=tokens * flops_per_token(task, seq) / (gflops * 1e9) if gflops else None,
+                    peak_rss_mib=max(r["peak_rss_mib"] for r in runs),
+                )
+            rows.append(row)
+    return rows
+
+
+def ratio_at(rows: Sequence[dict[str, Any]], config: str, column: str, seq: int) -> float | None:
+    """The `column` ratio of `config` at length `seq`, or None."""
+    for row in rows:
+        if row["config"] == config and row["seq"] == seq and not row["failed"]:
+            return row["ratios"].get(column)
+    return None
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    titles = [title for title, _ in PEER_COLUMNS]
+    lines = [
+        "| seq | batch | configuration | step | precision | XLA | tokens/s | "
+        + " | ".join(titles)
+        + " | MFU | peak RSS MiB |",
+        "| ---: | ---: | --- | --- | --- | --- | ---: | " + " | ".join("---:" for _ in titles)
+        + " | ---: | ---: |",
+    ]  # fmt: skip
+    for row in rows:
+        if row["failed"]:
+            lines.append(
+                f"| {row['seq']} | | {row['config']} | failed |" + " |" * (6 + len(titles))
+            )
+            continue
+        xla = {True: "on", False: "off", None: "-"}[row["jit_compile"]]
+        ratios = " | ".join(_ratio(row["ratios"][t]) for t in titles)
+        lines.append(
+            f"| {row['seq']} | {row['batch']} | {row['config']} | {row['task']} | "
+            f"{row['precision']} | {xla} | {row['tokens_per_s']:.0f} | {ratios} | "
+            f"{'-' if row['mfu'] is None else format(row['mfu'], '.1%')} | "
+            f"{row['peak_rss_mib']:.0f} |"
+        )
+    return "\n".join(lines)

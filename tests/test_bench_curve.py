@@ -1,0 +1,152 @@
+"""The benchmark tables' arithmetic, without running a step: bench/train_table.py (medians,
+per-round ratios against the peers, MFU), bench/cost_curve.py (the per-length table and its
+verdicts), bench/bench_serve.py (latency ratios, the export rows an option can add) and
+bench/machine.py (the processor line)."""
+
+import argparse
+
+import pytest
+
+from bench import bench_serve, cost_curve, machine, train_table
+
+PEAK = {"float32_gflops": 100.0, "bfloat16_gflops": 400.0}
+
+
+def record(config, seq, round_index, tokens, precision="float32", rss=100.0):
+    return {
+        "config": config, "seq": seq, "round": round_index, "batch": 4096 // seq,
+        "tokens_per_s": tokens, "peak_rss_mib": rss, "precision": precision,
+        "jit_compile": None if config.startswith("hf") else False,
+    }  # fmt: skip
+
+
+TASKS = {"default": "pretrain", "mg-fp32": "pretrain", "hf-fp32": "pretrain",
+         "finetune": "finetune", "hf-finetune": "finetune"}  # fmt: skip
+
+
+def flops(task, seq):
+    return {"pretrain": 1e6, "finetune": 5e5}[task] * seq / 128
+
+
+def test_ratios_pair_each_round_and_length_with_its_own_peer():
+    records = [
+        # Round 0 is loaded (everything at half speed), round 1 not: per-round ratios are 2.0 and
+        # 2.0, though the medians of tokens/s alone (150 / 75) would also give 2.0 ...
+        record("default", 128, 0, 100), record("mg-fp32", 128, 0, 50),
+        record("default", 128, 1, 200), record("mg-fp32", 128, 1, 100),
+        # ... here the project ran in the loaded round only: its ratio is 100 / 50, not 100 / 75.
+        record("default", 512, 0, 100), record("mg-fp32", 512, 0, 50),
+        record("mg-fp32", 512, 1, 100),
+        record("finetune", 128, 0, 300, rss=50), record("finetune", 128, 1, 360, rss=70),
+        record("hf-finetune", 128, 0, 100), record("hf-finetune", 128, 1, 120),
+    ]  # fmt: skip
+    names = ["default", "finetune", "mg-fp32", "hf-finetune", "hf-fp32"]
+    rows = train_table.summarise(records, names, TASKS, flops, PEAK)
+    by = {(r["seq"], r["config"]): r for r in rows}
+    assert by[(128, "default")]["ratios"] == {"vs MG fp32": 2.0, "vs HF PyTorch": None}
+    assert by[(512, "default")]["ratios"]["vs MG fp32"] == 2.0
+    assert by[(512, "mg-fp32")]["tokens_per_s"] == 75  # the median of its two rounds
+    assert by[(128, "finetune")]["ratios"] == {"vs MG fp32": None, "vs HF PyTorch": 3.0}
+    assert by[(128, "hf-finetune")]["ratios"]["vs HF PyTorch"] == 1.0
+    assert by[(128, "finetune")]["peak_rss_mib"] == 70
+    # MFU: 330 tokens/s x 0.5 MFLOP / 100 GFLOP/s.
+    assert by[(128, "finetune")]["mfu"] == pytest.approx(330 * 5e5 / 1e11)
+    assert by[(128, "hf-fp32")]["failed"] and by[(512, "finetune")]["failed"]
+    assert train_table.ratio_at(rows, "default", "vs MG fp32", 512) == 2.0
+    table = train_table.markdown(rows)
+    assert "| 128 | 32 | finetune | finetune | float32 | off | 330 | - | 3.00x | 0.2% | 70 |" in (
+        table
+    )
+    assert "| 128 | | hf-fp32 | failed |" in table
+
+
+def test_mfu_uses_the_bf16_peak_for_bf16_rows_and_none_without_a_peak():
+    records = [record("default", 128, 0, 400, precision="mixed_bfloat16")]
+    rows = train_table.summarise(records, ["default"], TASKS, flops, PEAK)
+    assert rows[0]["mfu"] == pytest.approx(400 * 1e6 / 400e9)
+    rows = train_table.summarise(records, ["default"], TASKS, flops, None)
+    assert rows[0]["mfu"] is None and "| - | 100 |" in train_table.markdown(rows)
+
+
+def curve_train_rows(ratio_128, ratio_512):
+    rows = []
+    for seq, ratio in ((128, ratio_128), (512, ratio_512)):
+        rows.append({"seq": seq, "config": "default", "failed": False, "batch": 4096 // seq,
+                     "tokens_per_s": 1000.0, "ratios": {"vs MG fp32": ratio,
+                                                        "vs HF PyTorch": 2 * ratio}})  # fmt: skip
+    return rows
+
+
+def test_cost_curve_rows_and_verdicts():
+    serving = {
+        128: {"electra-tf": {1: 10.0, 32: 200.0}, "HF PyTorch": {1: 20.0, 32: 500.0}},
+        512: {"electra-tf": {1: 50.0, 32: 1000.0}, "HF PyTorch": {1: 80.0, 32: 3000.0}},
+    }
+    attention = {128: {"train": 0.1, "serve": 0.08}, 512: {"train": 0.3}}
+    rows = cost_curve.curve_rows(curve_train_rows(1.8, 1.5), serving, attention, [128, 512])
+    assert rows[0]["serve"][32] == {"ours_ms": 200.0, "hf_ms": 500.0, "ratio": 2.5}
+    assert rows[1]["serve"][1]["ratio"] == pytest.approx(1.6)
+    table = cost_curve.markdown(rows)
+    assert "| 128 | 32 | 1000 | 1.80x | 3.60x | 10.0% | 10.0 / 20.0 | 2.00x |" in table
+    assert "| 512 | 8 | 1000 | 1.50x | 3.00x | 30.0% | 50.0 / 80.0 | 1.60x |" in table
+    assert table.splitlines()[-1].endswith("| 3.00x | - |")  # no serving profile at 512
+    verdicts = cost_curve.verdicts(rows)
+    assert verdicts[0] == "- training Model Garden: 1.80x at 128, 1.50x at 512: WORSE by 17%"
+    assert verdicts[3] == "- serving batch 32 HF PyTorch: 2.50x at 128, 3.00x at 512: no worse"
+    # A length that failed is said so, not compared.
+    rows[1]["train"] = None
+    assert cost_curve.verdicts(rows)[0] == (
+        "- training Model Garden: not measured at both 128 and 512"
+    )
+
+
+def test_serving_ratios_against_every_peer():
+    results = {
+        "electra-tf": {"encode_ids": {1: [0.010] * 3, 32: [0.2] * 3}},
+        "HF PyTorch": {"encode_ids": {1: [0.020] * 3, 32: [0.3] * 3}},
+        "ONNX Runtime fp32": {"encode_ids": {1: [0.015] * 3}},
+        "ONNX Runtime int8": {"encode_ids": {1: [0.005] * 3}},
+    }
+    ratios = {(p, b): r for _, p, b, r in bench_serve.p50_ratios(results, (1, 32))}
+    assert ratios == pytest.approx(
+        {
+            ("HF PyTorch", 1): 2.0,
+            ("HF PyTorch", 32): 1.5,
+            ("ONNX Runtime fp32", 1): 1.5,
+            ("ONNX Runtime int8", 1): 0.5,
+        }  # fmt: skip
+    )
+
+
+def test_a_precision_the_export_does_not_have_is_reported_not_failed():
+    args = argparse.Namespace(no_variants=True, no_xla=False, precision="bfloat16")
+    variants, notes = bench_serve.export_variants(args, {"query_blocks": None})
+    assert variants == {"electra-tf": {}}
+    assert notes == ["--precision bfloat16: skipped (this export has no precision option)"]
+    variants, notes = bench_serve.export_variants(args, {"precision": None})
+    assert variants["electra-tf, bfloat16"] == {"precision": "bfloat16"} and notes == []
+    args = argparse.Namespace(no_variants=False, no_xla=True, precision=None)
+    assert list(bench_serve.export_variants(args, {"query_blocks": 1, "jit_compile": 1})[0]) == [
+        "electra-tf",
+        "electra-tf, query_blocks 1",
+    ]
+
+
+CPUINFO = """processor\t: 0
+model name\t: AMD EPYC 9R45
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile
+processor\t: 1
+model name\t: AMD EPYC 9R45
+flags\t\t: fpu sse2
+"""
+
+
+def test_processor_line_names_the_model_and_its_vector_units():
+    assert machine.read_cpuinfo(CPUINFO) == (
+        "AMD EPYC 9R45",
+        ["fma", "avx2", "avx512f", "avx512_bf16", "amx_tile"],
+    )
+    line = machine.header(PEAK, 1.25, 3.5)
+    assert line.startswith("processor: ") and "CPUs" in line
+    assert "tf.matmul peak fp32 100, bf16 400 GFLOP/s" in line
+    assert line.endswith("load average 1.2 at start, 3.5 at end")
