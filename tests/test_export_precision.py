@@ -209,8 +209,10 @@ SST2_CHECK = os.environ.get("ELECTRA_BF16_SST2_CHECK")
 def test_sst2_dev_agreement(tmp_path):
     """The fine-tuned sst classifier of `DATA_DIR/models/MODEL_NAME`, exported in float32 and
     bfloat16 into tmp_path: identical predictions on at least 99.5% of
-    `DATA_DIR/finetuning_data/sst/dev.tsv`, probabilities within 0.02 (their measured largest
-    difference was 0.0064, with logits up to 1.5)."""
+    `DATA_DIR/finetuning_data/sst/dev.tsv`, probabilities within 0.04. Measured with two
+    classifiers fine-tuned from pretrained/electra-tiny-gutenberg: 57.8% dev accuracy, 870
+    of 872 identical, probabilities within 0.0064; 77.5%, 872 of 872, within 0.0169 (its
+    logits are larger, and the error grows with them)."""
     import csv
 
     data_dir, model_name = SST2_CHECK.split()
@@ -236,7 +238,7 @@ def test_sst2_dev_agreement(tmp_path):
     print(f"SST-2 dev: {len(texts)} sentences, agreement {agreement:.4f}, largest probability "
           f"difference {np.abs(a['probabilities'] - b['probabilities']).max():.4f}")  # fmt: skip
     assert agreement >= 0.995
-    assert np.abs(a["probabilities"] - b["probabilities"]).max() <= 0.02
+    assert np.abs(a["probabilities"] - b["probabilities"]).max() <= 0.04
 
 
 def test_int8_is_refused_saying_why(exported, capsys):
