@@ -18,6 +18,13 @@ The choices come from `make bench` measurements (README section "Speed"):
 
 The choices are pure functions of a `Machine`; `probe_machine()` is the one place that asks the
 hardware (a run calls it once). Without a machine, resolution uses `PORTABLE`.
+
+Two more answers live here because they are the same kind of question:
+
+- `serving_threads`: the model server's intra-op / inter-op threads for an export (the export
+  command writes them beside the model, `electra_tf.serving.load` applies them);
+- `emulated_bf16_note`: what a run that asks for mixed_bfloat16 on a CPU without bfloat16
+  matrix instructions is told at start, with a measured slowdown (`bf16_block_slowdown`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -191,3 +199,83 @@ def auto_threads(machine: Machine, parallel_micro_batches: int) -> tuple[int, in
     if parts > 1 and machine.accelerator == "cpu" and machine.cpu_count == parts:
         return 1, parts
     return 0, 0
+
+
+def serving_threads(
+    cpu_count: int, query_blocks: int, jit_compile: bool = False
+) -> tuple[int, int]:
+    """(intra-op, inter-op) threads for a model server running an export on `cpu_count` cores.
+
+    The export runs every encoder layer on `query_blocks` groups of positions as independent
+    ops (1 under `jit_compile`): one inter-op thread per group, and the cores shared out among
+    the groups' kernels. Measured on 2 cores with 2 groups, (1, 2) against TensorFlow's
+    default (2, 2): 1.7x faster at batch 1 (docs/serving.md, "Threads"); with more cores the
+    even split is the rule, not a measurement.
+    """
+    groups = 1 if jit_compile else max(1, query_blocks)
+    cores = max(1, cpu_count)
+    return max(1, cores // groups), groups
+
+
+def bf16_block_slowdown(rows: int = 256, width: int = 256, repeats: int = 5) -> float:
+    """bfloat16 over float32 CPU time of one feed-forward block of the encoder's shape
+    (matmul to 4 x `width`, exact GELU, matmul back) on `rows` rows, in this process: the
+    least CPU time of `repeats` eager calls each, after one untimed call. CPU time, not wall
+    time, so that other processes on a shared machine move it little. About 0.1-0.3 s on a
+    2-core AVX2 CPU."""
+    import tensorflow as tf
+
+    def least_cpu_seconds(dtype) -> float:
+        x = tf.cast(tf.random.stateless_uniform([rows, width], [1, 2]), dtype)
+        up = tf.cast(tf.random.stateless_normal([width, 4 * width], [3, 4]) * 0.05, dtype)
+        down = tf.cast(tf.random.stateless_normal([4 * width, width], [5, 6]) * 0.05, dtype)
+
+        def block():
+            hidden = tf.nn.gelu(tf.linalg.matmul(x, up), approximate=False)
+            return tf.linalg.matmul(hidden, down).numpy()
+
+        block()  # the first call picks and builds the kernels
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.process_time()
+            block()
+            best = min(best, time.process_time() - start)
+        return best
+
+    return least_cpu_seconds(tf.bfloat16) / max(least_cpu_seconds(tf.float32), 1e-9)
+
+
+def emulated_bf16_note(
+    precision: str, machine: Machine, slowdown: float | None = None
+) -> str | None:
+    """The start-of-run note for mixed_bfloat16 on a CPU without bfloat16 matrix instructions
+    (None elsewhere): TensorFlow emulates bfloat16 there (float32 arithmetic plus
+    conversions), so the run gains no speed from it. `slowdown`: the
+    bf16 / fp32 CPU-time ratio of one feed-forward block measured at start
+    (`bf16_block_slowdown`), quoted when given."""
+    if precision != "mixed_bfloat16" or machine.accelerator != "cpu" or machine.native_bf16:
+        return None
+    measured = (
+        f" Measured now: one feed-forward block of the encoder's shape took {slowdown:.2f}x "
+        "its float32 CPU time."
+        if slowdown is not None
+        else ""
+    )
+    return (
+        "note: precision mixed_bfloat16 on a CPU without bfloat16 matrix instructions "
+        f"(no {' or '.join(BF16_CPU_FLAGS)} in /proc/cpuinfo): TensorFlow emulates bfloat16 "
+        "here, so this run gets no speed from it, only its rounding: a whole ELECTRA-Small "
+        "step took 0.97-1.09x the float32 CPU time on a 2-core AVX2 AMD EPYC, and 3-4x on "
+        f'an AVX2 Intel CPU.{measured} "precision": "float32" (or "auto", which picks '
+        "float32 on this CPU) is the better choice here."
+    )
+
+
+def warn_if_emulated_bf16(precision: str, machine: Machine, stream) -> str | None:
+    """Prints `emulated_bf16_note` to `stream`, where it applies, with the slowdown measured
+    now (`bf16_block_slowdown`, 0.1-0.3 s); returns the note (None where it does not apply)."""
+    if emulated_bf16_note(precision, machine) is None:
+        return None
+    note = emulated_bf16_note(precision, machine, bf16_block_slowdown())
+    print(note, file=stream, flush=True)
+    return note

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -124,3 +126,174 @@ def test_fp16_uses_dynamic_loss_scaling(data_dir):
     assert float(overflow.loss_scale) == 2.0**39
     for variable, value in zip(model.trainable_variables, before, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+# ------------------------------------------------------------------ the fused paths in bf16
+# bfloat16 keeps 8 significant bits: one rounding is off by at most BF16_UNIT of the value.
+# Each check below feeds the bf16 path bf16-rounded inputs and compares it with float64 on
+# those same inputs, so what remains is the path's own roundings: its output (and, for the
+# gradients, the upstream gradient's cast to bf16) rounded once each, plus the roundings of
+# whatever it computes in bf16 (GELU: about five). Tolerances are 4 (LayerNorm, softmax,
+# computed in float32) or 8 (GELU, computed in bf16) units of the largest reference value.
+BF16_UNIT = 2.0**-8
+
+
+def _max_error(actual, reference) -> float:
+    actual = np.asarray(tf.cast(actual, tf.float64))
+    return float(np.abs(actual - reference).max() / np.abs(reference).max())
+
+
+def test_layer_norm_training_form_under_mixed_bfloat16():
+    from electra_tf.modeling.utils import apply_layer_norm, layer_norm
+
+    rng = np.random.default_rng(1)
+    norm = layer_norm(dtype="mixed_bfloat16")
+    norm.build([None, 64])
+    norm.gamma.assign(rng.normal(1.0, 0.3, 64).astype(np.float32))
+    norm.beta.assign(rng.normal(0.0, 0.3, 64).astype(np.float32))
+    x = tf.cast(rng.normal(1.0, 3.0, (16, 64)).astype(np.float32), tf.bfloat16)
+    upstream = rng.normal(size=(16, 64))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = apply_layer_norm(norm, x, training=True)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream.astype(np.float32))
+    dx, dgamma, dbeta = tape.gradient(loss, [x, norm.gamma, norm.beta])
+    # bf16 in and out, float32 variables and their gradients.
+    assert (y.dtype, dx.dtype, dgamma.dtype, dbeta.dtype) == (
+        tf.bfloat16, tf.bfloat16, tf.float32, tf.float32,
+    )  # fmt: skip
+    # float64 reference by automatic differentiation of the plain formula.
+    x64 = tf.cast(x, tf.float64)
+    gamma64, beta64 = (tf.cast(v, tf.float64) for v in (norm.gamma, norm.beta))
+    with tf.GradientTape() as tape:
+        tape.watch([x64, gamma64, beta64])
+        mean, variance = tf.nn.moments(x64, [-1], keepdims=True)
+        y64 = (x64 - mean) * tf.math.rsqrt(variance + 1e-12) * gamma64 + beta64
+        loss64 = tf.reduce_sum(y64 * upstream)
+    references = [y64, *tape.gradient(loss64, [x64, gamma64, beta64])]
+    for name, actual, reference in zip(
+        ("y", "dx", "dgamma", "dbeta"), (y, dx, dgamma, dbeta), references, strict=True
+    ):
+        assert _max_error(actual, reference.numpy()) < 4 * BF16_UNIT, name
+
+
+def test_gelu_training_form_in_bfloat16():
+    import math
+
+    from electra_tf.modeling.utils import apply_activation
+
+    erf = np.vectorize(math.erf)
+
+    x = tf.cast(tf.linspace(-6.0, 6.0, 1201), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = apply_activation("gelu", x, training=True)
+    dx = tape.gradient(y, x)
+    assert (y.dtype, dx.dtype) == (tf.bfloat16, tf.bfloat16)
+    x64 = np.asarray(tf.cast(x, tf.float64))
+    cdf = 0.5 * (1.0 + erf(x64 / np.sqrt(2.0)))
+    density = np.exp(-0.5 * x64**2) / np.sqrt(2.0 * np.pi)
+    assert _max_error(y, x64 * cdf) < 8 * BF16_UNIT
+    assert _max_error(dx, cdf + x64 * density) < 8 * BF16_UNIT
+
+
+def test_dropout_in_bfloat16_keeps_the_float32_mask_and_the_original_rate():
+    from electra_tf.modeling.dropout import Dropout
+
+    shape, rate = (1000, 1000), 0.1
+    ones = tf.ones(shape)
+    # The global seed reset before each: eager stateful draws advance per call.
+    tf.random.set_seed(0)
+    fp32 = Dropout(rate, seed=5)(ones, training=True)
+    tf.random.set_seed(0)
+    bf16 = Dropout(rate, seed=5, dtype="mixed_bfloat16")(tf.cast(ones, tf.bfloat16), training=True)
+    assert bf16.dtype == tf.bfloat16
+    # The same elements dropped: the mask does not depend on the dtype.
+    np.testing.assert_array_equal(fp32.numpy() > 0, tf.cast(bf16, tf.float32).numpy() > 0)
+    kept = float(tf.reduce_mean(tf.cast(bf16 > 0, tf.float32)))
+    assert abs(kept - (1 - rate)) < 0.0015  # 5 standard deviations of 10^6 draws
+    # tf.nn.dropout's scale, rounded to bf16.
+    scale = float(tf.cast(tf.constant(1 / (1 - rate), tf.bfloat16), tf.float32))
+    assert set(np.unique(tf.cast(bf16, tf.float32).numpy())) == {0.0, scale}
+    # Keras's own bf16 path (what this replaces) keeps 115/128 = 0.898: its uniforms have 7
+    # random bits in bf16.
+    keras_dropout = keras.layers.Dropout(rate, seed=5, dtype="mixed_bfloat16")
+    keras_bf16 = keras_dropout(tf.cast(ones, tf.bfloat16), training=True)
+    assert keras_bf16.dtype == tf.bfloat16
+    assert abs(float(tf.reduce_mean(tf.cast(keras_bf16 > 0, tf.float32))) - 115 / 128) < 0.0015
+    # The gradient is the mask times the scale, in bf16.
+    x = tf.cast(ones, tf.bfloat16)
+    layer = Dropout(rate, seed=5, dtype="mixed_bfloat16")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = layer(x, training=True)
+    grad = tape.gradient(out, x)
+    assert grad.dtype == tf.bfloat16
+    np.testing.assert_array_equal(grad.numpy(), out.numpy())
+
+
+def test_vocabulary_softmax_loss_with_bfloat16_logits():
+    from electra_tf.pretraining.losses import masked_lm_losses
+
+    rng = np.random.default_rng(2)
+    logits = tf.cast(rng.normal(0.0, 4.0, (4, 5, 50)).astype(np.float32), tf.bfloat16)
+    targets = tf.constant(rng.integers(0, 50, (4, 5)), tf.int32)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        losses = masked_lm_losses(logits, targets)
+        total = tf.reduce_sum(losses)
+    grad = tape.gradient(total, logits)
+    assert (losses.dtype, grad.dtype) == (tf.float32, tf.bfloat16)
+    z = np.asarray(tf.cast(logits, tf.float64))
+    log_probs = z - z.max(-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    one_hot = np.eye(50)[targets.numpy()]
+    np.testing.assert_allclose(losses.numpy(), -(log_probs * one_hot).sum(-1), rtol=1e-5, atol=1e-5)
+    assert _max_error(grad, np.exp(log_probs) - one_hot) < 4 * BF16_UNIT
+
+
+def test_emulated_bfloat16_is_announced_with_a_measured_slowdown():
+    import io
+    import time
+
+    from electra_tf import device_defaults
+    from electra_tf.device_defaults import Machine
+
+    emulated = Machine(accelerator="cpu", cpu_count=2, native_bf16=False)
+    note = device_defaults.emulated_bf16_note("mixed_bfloat16", emulated, 1.234)
+    assert "emulates bfloat16" in note and "1.23x" in note
+    for precision, machine in (
+        ("float32", emulated),
+        ("mixed_bfloat16", Machine(accelerator="cpu", cpu_count=2, native_bf16=True)),
+        ("mixed_bfloat16", Machine(accelerator="gpu", compute_capability=(8, 0))),
+    ):
+        assert device_defaults.emulated_bf16_note(precision, machine) is None
+        assert device_defaults.warn_if_emulated_bf16(precision, machine, io.StringIO()) is None
+    stream = io.StringIO()
+    start = time.process_time()
+    printed = device_defaults.warn_if_emulated_bf16("mixed_bfloat16", emulated, stream)
+    assert time.process_time() - start < 2.0  # CPU seconds, both threads together
+    assert printed and stream.getvalue().strip() == printed
+    ratio = float(printed.split("took ")[-1].split("x its float32")[0])
+    assert 0.05 < ratio < 50
+
+
+def test_the_training_run_announces_emulated_bfloat16_first(data_dir, monkeypatch):
+    # The run's first act after resolving its config: before any model or file is made.
+    from electra_tf.device_defaults import Machine
+    from electra_tf.runs import pretraining
+
+    seen = []
+
+    def announce(precision, machine, stream):
+        seen.append((precision, machine.native_bf16))
+        raise KeyboardInterrupt  # stop the run here
+
+    monkeypatch.setattr(pretraining, "warn_if_emulated_bf16", announce)
+    hparams = {**HPARAMS, "precision": "mixed_bfloat16"}
+    config = pretraining_config("mp", data_dir, hparams=hparams)
+    machine = Machine(accelerator="cpu", cpu_count=2, native_bf16=False)
+    with pytest.raises(KeyboardInterrupt):
+        pretraining.train(config, machine=machine)
+    assert seen == [("mixed_bfloat16", False)]
+    assert not os.path.exists(config.resolved_model_dir())  # nothing made before it

@@ -1,7 +1,7 @@
 """SavedModels for TF Serving: `python -m electra_tf.export` (behind `make export`).
 
     python -m electra_tf.export --data-dir D --model-name M [--task T] [--kind K]
-        [--output-dir DIR] [--version N] [--overwrite] [--jit-compile]
+        [--output-dir DIR] [--version N] [--overwrite] [--jit-compile] [--precision P]
 
 Without `--task` it exports the pre-trained discriminator (replaced-token probabilities and a
 sentence score; for an Electric model, Electric's log-likelihood estimates per token and per
@@ -15,6 +15,12 @@ assets. The signatures are described in `electra_tf/serving/module.py`.
 A version directory is written under a temporary name and renamed into place, so TF Serving,
 which watches the numbered directories, never loads a half-written model. An existing version
 is replaced only with `--overwrite` (`electra_tf/serving/saved_model.py`).
+
+Each version also gets `serving_flags.txt`: the model server's thread flags for this export
+on this machine, which the command prints too (`electra_tf.serving.load` applies them in
+Python). `--precision bfloat16` stores the weights in bfloat16 and computes the products in
+bfloat16, with the same signatures (`electra_tf/serving/precision.py`); int8 is refused, with
+the reason.
 """
 
 from __future__ import annotations
@@ -66,6 +72,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "intra-op threads 1; ignored with --jit-compile)",
     )
     parser.add_argument(
+        "--precision",
+        choices=("float32", "bfloat16", "int8"),
+        default="float32",
+        help="float32 (default), or bfloat16: bfloat16 weights and matrix products, float32 "
+        "LayerNorms, softmax and outputs; faster only on CPUs with AVX512_BF16 or AMX-BF16. "
+        "int8 is refused: TensorFlow has no int8 path for a standard CPU SavedModel",
+    )
+    parser.add_argument(
         "--pretrained",
         help="without --task: a shipped model folder (weights + vocab.txt), as --checkpoint "
         "DIR --vocab-file DIR/vocab.txt",
@@ -84,7 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     start_tensorflow()
     from electra_tf.run_lock import LockError, RunLock
+    from electra_tf.serving.precision import check_precision
     from electra_tf.serving.saved_model import ExportError
+
+    try:
+        check_precision(args.precision)  # before anything is read or written
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     model_dir = os.path.join(args.data_dir, "models", args.model_name)
     output_dir = args.output_dir or os.path.join(model_dir, "serving")
@@ -116,18 +137,31 @@ def _export(
         spec = sources.task_spec(
             args.model_name, model_dir, args.task, args.trial, args.checkpoint,
             args.vocab_file, args.max_seq_length, args.jit_compile, args.query_blocks,
+            args.precision,
         )  # fmt: skip
         specs = [spec]
     else:
         checkpoint, vocab_file, source = _pretrained_source(args, model_dir)
         specs = sources.pretrained_specs(
             args.model_name, model_dir, kinds, checkpoint, vocab_file,
-            args.max_seq_length, args.jit_compile, args.query_blocks, source,
+            args.max_seq_length, args.jit_compile, args.query_blocks, source, args.precision,
         )  # fmt: skip
     for spec in specs:
         path = write_export(spec, output_dir, args.version, args.overwrite)
-        print(f"exported {spec.kind} -> {path}")
+        print(f"exported {spec.kind} ({args.precision}) -> {path}")
+        print(_flags_summary(path))
     return 0
+
+
+def _flags_summary(path: str) -> str:
+    """The flags of the export's `serving_flags.txt`, as one line to paste into a model
+    server's command."""
+    from electra_tf.serving.saved_model import SERVING_FLAGS_FILE
+
+    flags_file = os.path.join(path, SERVING_FLAGS_FILE)
+    with open(flags_file, encoding="utf-8") as f:
+        flags = [line.strip() for line in f if line.startswith("--")]
+    return f"  serve it with: {' '.join(flags)}  (written to {flags_file})"
 
 
 def _pretrained_source(

@@ -27,6 +27,16 @@ def truncated_normal(config: ModelConfig) -> keras.initializers.Initializer:
 
 
 def layer_norm(name: str = "LayerNorm", dtype=None) -> keras.layers.LayerNormalization:
+    """The model's LayerNorm under `dtype` (a policy or its name; None: the global policy).
+
+    Its variables stay float32 and it computes in float32 under every policy: under a pure
+    16-bit policy (the bfloat16 serving export builds the model under "bfloat16") it takes the
+    mixed one, as Keras' mixed policies already do for it. float32 and the mixed policies
+    pass through unchanged."""
+    policy = dtype if dtype is not None else keras.mixed_precision.global_policy()
+    name_of_policy = policy if isinstance(policy, str) else getattr(policy, "name", None)
+    if name_of_policy in ("bfloat16", "float16"):
+        dtype = f"mixed_{name_of_policy}"
     return keras.layers.LayerNormalization(
         axis=-1, epsilon=LAYER_NORM_EPSILON, name=name, dtype=dtype
     )
@@ -85,8 +95,10 @@ def apply_layer_norm(
 ) -> tf.Tensor:
     """`norm(x)` over the last axis, with the same variables and epsilon. Two other forms of the
     same function: in training, `_layer_norm_train` (a hand-written gradient; under mixed
-    precision in float32, as the layer computes it); at inference in float32 with `fused`
-    (`InferenceOptions.fused_layer_norms`) and traced into a graph, one that Grappler fuses.
+    precision in float32, as the layer computes it); at inference with `fused`
+    (`InferenceOptions.fused_layer_norms`) and traced into a graph, one that Grappler fuses
+    (in float32: under mixed precision x is cast to float32 and the result back, as the layer
+    does).
 
     Args:
         norm: a built LayerNormalization over the last axis (its gamma, beta and epsilon).
@@ -108,9 +120,11 @@ def apply_layer_norm(
         # Under mixed precision in float32 and back, as the Keras layer computes it.
         normalised = _layer_norm_train(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon)
         return tf.cast(normalised, norm.compute_dtype)
-    # The fusable form only where Grappler fuses it: a float32 inference graph (see above).
-    if training or not fused or norm.compute_dtype != "float32" or tf.executing_eagerly():
+    # The fusable form only where Grappler fuses it: an inference graph whose LayerNorm
+    # computes in float32 (see above; its compute dtype may be a mixed policy's 16 bits).
+    if training or not fused or norm.variable_dtype != "float32" or tf.executing_eagerly():
         return norm(x)
+    x = tf.cast(x, tf.float32)  # no op in float32
     shape = tf.shape(x)
     width = x.shape[-1]
     rows = tf.reduce_prod(shape[:-1])
@@ -128,7 +142,7 @@ def apply_layer_norm(
         data_format="NCHW",
         is_training=True,
     )[0]
-    return tf.reshape(normalised, shape) * norm.gamma + norm.beta
+    return tf.cast(tf.reshape(normalised, shape) * norm.gamma + norm.beta, norm.compute_dtype)
 
 
 def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsilon: float):

@@ -39,7 +39,7 @@ from electra_tf.checkpoints.training_state import (
 )
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.pretraining_input import check_input_files, match_files
-from electra_tf.device_defaults import Machine, probe_machine
+from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.run_lock import RunLock
 from electra_tf.runs.cpu_calls import (
     HEARTBEAT_SECONDS,
@@ -108,6 +108,7 @@ def train(
     stream = stream or sys.stdout
     machine = probe_machine() if machine is None else machine
     config = config.resolve(machine)  # fields still "auto" get this machine's answer
+    warn_if_emulated_bf16(config.precision, machine, stream)
     keras.mixed_precision.set_global_policy(config.precision)
     # Not tf.random.set_seed alone: an unseeded tf_keras initializer draws its seed from
     # Python's `random`, so the initial weights changed from process to process.

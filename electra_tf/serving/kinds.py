@@ -17,6 +17,7 @@ from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
 from electra_tf.serving.module import ServingModule
+from electra_tf.serving.precision import bfloat16_twin, check_precision, model_twin_builder
 from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json, write_export
 
 
@@ -197,6 +198,7 @@ def save_for_serving(
     electric: bool | None = None,
     jit_compile: bool = False,
     query_blocks: int = DEFAULT_QUERY_BLOCKS,
+    precision: str = "float32",
 ) -> str:
     """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
 
@@ -213,7 +215,10 @@ def save_for_serving(
             `config.electric_objective` (False without a pre-training config).
         jit_compile: compile the model's forward pass with XLA (`ServingModule`).
         query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
+        precision: "float32", or "bfloat16": the export computes with a bfloat16 twin of
+            `model` (`serving.precision`; a discriminator or an encoder); `model` is unchanged.
     """
+    check_precision(precision)
     if electric is None:
         electric = bool(getattr(config, "electric_objective", False))
     if isinstance(model, ElectraDiscriminator):
@@ -229,11 +234,17 @@ def save_for_serving(
         )
     model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
     check_length(max_seq_length, model_config)
+    if precision == "bfloat16":
+        model = bfloat16_twin(model, model_twin_builder(model))
     module = serving_module(
         kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
         jit_compile=jit_compile, query_blocks=query_blocks,
     )  # fmt: skip
-    info = {"max_seq_length": max_seq_length, "model_config": model_config.to_dict()}
+    info = {
+        "max_seq_length": max_seq_length,
+        "model_config": model_config.to_dict(),
+        "precision": precision,
+    }
     if task is not None:
         info["task"] = task.name
     spec = ExportSpec(

@@ -16,6 +16,7 @@ from electra_tf.config import DEFAULT_QUERY_BLOCKS, ModelConfig, PretrainingConf
 from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
 from electra_tf.modeling.discriminator import dummy_inputs
 from electra_tf.serving.kinds import check_length, serving_module
+from electra_tf.serving.precision import bfloat16_twin, check_precision
 from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json
 
 
@@ -40,6 +41,7 @@ def pretrained_specs(
     jit_compile: bool = False,
     query_blocks: int = DEFAULT_QUERY_BLOCKS,
     source: checkpoints.SourceWeights | None = None,
+    precision: str = "float32",
 ) -> list[ExportSpec]:
     """One spec per kind ("discriminator", "encoder") from the latest pre-training checkpoint
     in `model_dir`, or from `checkpoint` (a directory or prefix), or from `source`, its weights
@@ -48,7 +50,10 @@ def pretrained_specs(
     The discriminator of an Electric model (`electric_objective`) is exported as kind
     "electric": its head outputs energies, so it serves Electric's scores (`score_text`), not
     replaced-token probabilities. The directory keeps the name `<model_name>_discriminator`.
+
+    `precision` "bfloat16": the models' bfloat16 twins (`serving.precision`).
     """
+    check_precision(precision)
     path = checkpoint or model_dir
     # The resolved config saved beside the checkpoint (or in the model dir) records what the
     # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
@@ -72,14 +77,12 @@ def pretrained_specs(
     check_length(max_len, model_config)
     specs = []
     for kind in kinds:
-        if kind == "discriminator":
-            model = ElectraDiscriminator(config.discriminator_config())
-            model(dummy_inputs())
-            variables = model.variable_map()
-        else:
-            model = TransformerEncoder(model_config, name="electra")
-            variables = model.variable_map("electra")
-        checkpoints.assign(variables, source, where=kind)
+        build = _discriminator_builder(model_config) if kind == "discriminator" else None
+        build = build or (lambda: TransformerEncoder(model_config, name="electra"))
+        model = build()
+        checkpoints.assign(model.variable_map(), source, where=kind)
+        if precision == "bfloat16":
+            model = bfloat16_twin(model, build)
         serving_kind = "electric" if kind == "discriminator" and config.electric_objective else kind
         casing = {"do_lower_case": config.do_lower_case, "strip_accents": config.do_strip_accents}
         module = serving_module(
@@ -88,6 +91,7 @@ def pretrained_specs(
         )  # fmt: skip
         info = {
             "source": source.path,
+            "precision": precision,
             "global_step": source.global_step,
             "max_seq_length": max_len,
             "model_config": model_config.to_dict(),
@@ -95,6 +99,15 @@ def pretrained_specs(
         name = f"{model_name}_{kind}"
         specs.append(ExportSpec(serving_kind, name, module, config_json(config), vocab_file, info))
     return specs
+
+
+def _discriminator_builder(model_config: ModelConfig):
+    def build() -> ElectraDiscriminator:
+        model = ElectraDiscriminator(model_config)
+        model(dummy_inputs())  # creates the variables
+        return model
+
+    return build
 
 
 def _trial_configs(run_dir: str, task_name: str) -> tuple[Any, ModelConfig]:
@@ -127,9 +140,11 @@ def task_spec(
     max_seq_length: int | None = None,
     jit_compile: bool = False,
     query_blocks: int = DEFAULT_QUERY_BLOCKS,
+    precision: str = "float32",
 ) -> ExportSpec:
     """The spec of fine-tuning trial `trial` of `task_name` (its FinetuningModel checkpoint), or
-    of the trial directory `checkpoint`."""
+    of the trial directory `checkpoint`; `precision` "bfloat16": its bfloat16 twin."""
+    check_precision(precision)
     from electra_tf.data.tokenization import FullTokenizer
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.registry import get_task
@@ -146,12 +161,18 @@ def task_spec(
     specs = shared_feature_specs(config)
     for t in tasks:
         specs += t.feature_specs()
-    model = FinetuningModel(model_config, tasks, specs)
+
+    def build() -> FinetuningModel:
+        return FinetuningModel(model_config, tasks, specs)
+
+    model = build()
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is None:
         raise ExportError(f"{run_dir}: no checkpoint")
     status = tf.train.Checkpoint(model=model).read(latest)
     status.assert_existing_objects_matched().expect_partial()
+    if precision == "bfloat16":
+        model = bfloat16_twin(model, build)
     max_len = max_seq_length or config.max_seq_length
     check_length(max_len, model_config)
     module = serving_module(
@@ -160,6 +181,7 @@ def task_spec(
     )  # fmt: skip
     info = {
         "source": latest,
+        "precision": precision,
         "task": task_name,
         "max_seq_length": max_len,
         "model_config": model_config.to_dict(),
