@@ -104,6 +104,17 @@ def test_protocol_rejects_unknown_choices():
         lt.Protocol(budget_clock="gpu")
 
 
+def test_generator_settings_reach_the_pretraining_config():
+    protocol = lt.Protocol(generator_hidden_size=0.125, generator_layers=0.5)
+    config = lt.pretraining_config(hparams=lt.pretraining_hparams(protocol, "electra", 0))
+    assert config.discriminator_config().hidden_size == protocol.hidden_size
+    assert config.generator_config().hidden_size == protocol.hidden_size // 8
+    assert config.generator_config().num_hidden_layers == protocol.num_layers // 2
+    slow = lt.Protocol(generator_lr_multiplier=0.1)
+    hparams = lt.pretraining_hparams(slow, "electra", 0)
+    assert lt.pretraining_config(hparams=hparams).generator_lr_multiplier == 0.1
+
+
 # The fast variant (default suite): one seed, the masked LM (`ElectraPretrainer` with
 # `electra_objective: false`: the same masking, encoder, optimizer and weight copy as ELECTRA)
 # pre-trained for FAST_STEPS steps (a step count, not a time budget, so that the result does
