@@ -83,6 +83,19 @@ json.dump(result, open(out_file, "w"))
 """
 
 
+def _load_in_a_fresh_process(paths: list[str], texts: list[str], work_dir) -> dict:
+    """Each export in `paths` loaded by `LOADER` in a new process and run on `texts`: what a
+    server sees, not what this process's cached functions compute. Returns {path: outputs}."""
+    texts_file, out_file = work_dir / "texts.json", work_dir / "out.json"
+    texts_file.write_text(json.dumps(texts))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run(
+        [sys.executable, "-c", LOADER, ",".join(paths), str(texts_file), str(out_file)],
+        check=True, env=env, cwd=REPO,
+    )  # fmt: skip
+    return json.loads(out_file.read_text())
+
+
 def _features(tokenizer: FullTokenizer) -> dict[str, tf.Tensor]:
     rows = [featurize_pair(tokenizer, text, None, MAX_LEN) for text in SENTENCES]
     return {k: tf.constant([r[k] for r in rows], tf.int32) for k in rows[0]}  # [N, MAX_LEN]
@@ -144,14 +157,7 @@ def exported(tmp_path_factory):
         assert export.main(args) == 0
     serving = model_dir / "serving"
     paths = [str(serving / "tiny_sst" / v) for v in ("1", "2")]
-    texts_file, out_file = root / "texts.json", root / "out.json"
-    texts_file.write_text(json.dumps(SENTENCES))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    subprocess.run(
-        [sys.executable, "-c", LOADER, ",".join(paths), str(texts_file), str(out_file)],
-        check=True, env=env, cwd=REPO,
-    )  # fmt: skip
-    loaded = json.loads(out_file.read_text())
+    loaded = _load_in_a_fresh_process(paths, SENTENCES, root)
     return {
         "float32": loaded[paths[0]],
         "bfloat16": loaded[paths[1]],
@@ -224,15 +230,8 @@ def test_sst2_dev_agreement(tmp_path):
         outputs[precision] = os.path.join(out, f"{model_name}_sst", "1")
     with open(os.path.join(data_dir, "finetuning_data", "sst", "dev.tsv"), encoding="utf-8") as f:
         texts = [row["sentence"] for row in csv.DictReader(f, delimiter="\t")]
-    texts_file, out_file = tmp_path / "texts.json", tmp_path / "out.json"
-    texts_file.write_text(json.dumps(texts))
     paths = [outputs["float32"], outputs["bfloat16"]]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
-    subprocess.run(
-        [sys.executable, "-c", LOADER, ",".join(paths), str(texts_file), str(out_file)],
-        check=True, env=env, cwd=REPO,
-    )  # fmt: skip
-    loaded = json.loads(out_file.read_text())
+    loaded = _load_in_a_fresh_process(paths, texts, tmp_path)
     a, b = ({k: np.array(v) for k, v in loaded[p]["outputs"].items()} for p in paths)
     agreement = np.mean(a["label_id"] == b["label_id"])
     print(f"SST-2 dev: {len(texts)} sentences, agreement {agreement:.4f}, largest probability "

@@ -130,12 +130,3 @@ def model_twin_builder(model: Any) -> Callable[[], Any]:
         f"bfloat16 export of a {type(model).__name__} from Python: export a fine-tuned task "
         "with `python -m electra_tf.export --task T --precision bfloat16`"
     )
-
-
-def weight_dtypes(variables: list[Any]) -> dict[str, int]:
-    """{dtype name: number of weights} of `variables` (what `export.json` records)."""
-    counts: dict[str, int] = {}
-    for variable in variables:
-        key = variable.dtype.name
-        counts[key] = counts.get(key, 0) + int(variable.shape.num_elements())
-    return dict(sorted(counts.items()))

@@ -136,11 +136,19 @@ def serving_flags(
     return "\n".join(lines) + "\n"
 
 
+def weight_dtypes(variables: list[Any]) -> dict[str, int]:
+    """{dtype name: number of weights} of `variables` (what `export.json` records)."""
+    counts: dict[str, int] = {}
+    for variable in variables:
+        key = variable.dtype.name
+        counts[key] = counts.get(key, 0) + int(variable.shape.num_elements())
+    return dict(sorted(counts.items()))
+
+
 def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwrite: bool) -> str:
     import tensorflow as tf
 
     from electra_tf import device_defaults
-    from electra_tf.serving.precision import weight_dtypes
 
     signatures = spec.module.signatures()
     jit_compile = bool(getattr(spec.module, "jit_compile", False))
