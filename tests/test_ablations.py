@@ -374,7 +374,14 @@ def test_a_tiny_run_of_each_objective_lowers_its_loss(variant):
         assert np.mean(values[-5:]) < 0.9 * np.mean(values[:5]), (name, values)
 
 
-@pytest.mark.parametrize("variant", ["electra_15", "replace_mlm", "all_tokens_mlm"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param("electra_15", marks=pytest.mark.slow),
+        "replace_mlm",
+        pytest.param("all_tokens_mlm", marks=pytest.mark.slow),
+    ],
+)
 def test_accumulated_micro_batches_give_the_full_batch_update(variant):
     # Each variant's loss divides by the WHOLE batch's denominator in every micro-batch.
     from pretrainer_fixtures import batch_split_invariant_objective
@@ -402,6 +409,7 @@ def test_accumulated_micro_batches_give_the_full_batch_update(variant):
         np.testing.assert_allclose(b, a, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_all_tokens_mlm_train_step_under_xla_and_bfloat16():
     model = ElectraPretrainer(
         _run_config("all_tokens_mlm", precision="mixed_bfloat16"), **SPECIAL_IDS

@@ -69,12 +69,18 @@ def _assert_same_training(logs, expected_logs, final, expected_final, electric):
         np.testing.assert_allclose(b, a, atol=2e-6)
 
 
+ACCUMULATED, PARALLEL = {"steps": 4}, {"steps": 1, "parallel_micro_batches": 4}
+
+
 @pytest.mark.parametrize(
-    "split",
-    [{"steps": 4}, {"steps": 1, "parallel_micro_batches": 4}],
-    ids=["accumulated", "parallel"],
+    "electric, split",
+    [
+        pytest.param(False, ACCUMULATED, id="electra-accumulated"),
+        pytest.param(False, PARALLEL, id="electra-parallel"),
+        pytest.param(True, ACCUMULATED, id="electric-accumulated"),
+        pytest.param(True, PARALLEL, id="electric-parallel", marks=pytest.mark.slow),
+    ],
 )
-@pytest.mark.parametrize("electric", [False, True], ids=["electra", "electric"])
 def test_micro_batches_give_the_full_batch_update(electric, split):
     # Rows of different lengths: the micro-batches have different token and masked-slot
     # counts, so averaging per-micro-batch means would NOT give the batch loss; dividing by
@@ -91,8 +97,15 @@ def test_micro_batches_give_the_full_batch_update(electric, split):
     _assert_same_training(accumulated, whole, accumulated_final, whole_final, electric)
 
 
-@pytest.mark.parametrize("parts", [2, 4])
-@pytest.mark.parametrize("electric", [False, True], ids=["electra", "electric"])
+@pytest.mark.parametrize(
+    "electric, parts",
+    [
+        pytest.param(False, 2, id="electra-2"),
+        pytest.param(False, 4, id="electra-4"),
+        pytest.param(True, 2, id="electric-2"),
+        pytest.param(True, 4, id="electric-4", marks=pytest.mark.slow),
+    ],
+)
 def test_parallel_micro_batches_draw_what_the_one_pass_step_draws(electric, parts):
     # The real masking and Gumbel sampling this time (no batch-split-invariant objective): the
     # parallel step draws both once for the whole batch and slices them, so from the same RNG

@@ -279,6 +279,7 @@ def _write_sst2(glue_dir, rng):
         (glue_dir / name).write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_quick_run_end_to_end_then_resumed(tmp_path, capsys):
     # Two objectives that build different networks (a masked LM alone; Electric's two-tower
     # generator), each planned, trained, evaluated and fine-tuned with a random-init row. In

@@ -383,6 +383,7 @@ def test_tiny_electric_training_runs_and_learns():
     assert np.mean(loss[-3:]) < 0.8 * np.mean(loss[:3]), loss
 
 
+@pytest.mark.slow
 def test_train_step_under_mixed_precision_and_xla():
     # float16 compute with loss scaling (the causal bias and the cloze softmax in float16 /
     # float32), and the float32 step compiled by XLA.

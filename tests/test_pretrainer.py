@@ -346,6 +346,7 @@ def test_mixed_precision_train_step(precision):
     assert int(model.optimizer.iterations) == 1
 
 
+@pytest.mark.slow
 def test_train_step_compiles_with_xla():
     model = ElectraPretrainer(one_layer_config(), **SPECIAL_IDS)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
