@@ -132,3 +132,13 @@ def checkpoint_values(prefix):
             continue
         values[name] = reader.get_tensor(name)
     return values
+
+
+def assert_same_weights(a, b):
+    """Two `checkpoints.read_weights` results hold the same variables, bit for bit, and the
+    same discriminator and generator configs."""
+    assert sorted(a.weights) == sorted(b.weights)
+    for name, value in a.weights.items():
+        np.testing.assert_array_equal(b.weights[name], value, err_msg=name)
+    assert b.config.discriminator_config() == a.config.discriminator_config()
+    assert b.config.generator_config() == a.config.generator_config()

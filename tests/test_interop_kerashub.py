@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from pretrain_harness import run_pretrain, write_corpus
+from pretrain_harness import assert_same_weights, run_pretrain, write_corpus
 
 from electra_tf import ElectraDiscriminator, FullTokenizer, checkpoints
 from electra_tf.checkpoints import kerashub
@@ -152,11 +152,7 @@ def test_native_kerashub_native_is_bit_exact(keras_hub, tiny, tmp_path):
     assert convert.main(["--from", "kerashub", "--to", "native", "--input", export,
                          "--output", back]) == 0  # fmt: skip
     a, b = checkpoints.read_weights(model_dir), checkpoints.read_weights(back)
-    assert sorted(a.weights) == sorted(b.weights)
-    for name, value in a.weights.items():
-        np.testing.assert_array_equal(b.weights[name], value, err_msg=name)
-    assert b.config.discriminator_config() == a.config.discriminator_config()
-    assert b.config.generator_config() == a.config.generator_config()
+    assert_same_weights(a, b)
     assert not b.config.untied_generator_embeddings
     with open(os.path.join(back, "vocab.txt"), encoding="utf-8") as f:
         back_vocab = f.read()
@@ -176,11 +172,7 @@ def test_native_modelgarden_kerashub_hf_native_is_bit_exact(tiny, tmp_path):
         assert checkpoints.detect_format(out) == fmt
         current = out
     a, b = checkpoints.read_weights(model_dir), checkpoints.read_weights(current)
-    assert sorted(a.weights) == sorted(b.weights)
-    for name, value in a.weights.items():
-        np.testing.assert_array_equal(b.weights[name], value, err_msg=name)
-    assert b.config.discriminator_config() == a.config.discriminator_config()
-    assert b.config.generator_config() == a.config.generator_config()
+    assert_same_weights(a, b)
     with open(os.path.join(current, "vocab.txt"), encoding="utf-8") as f:
         back_vocab = f.read()
     with open(os.path.join(data, "vocab.txt"), encoding="utf-8") as f:
