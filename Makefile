@@ -19,14 +19,12 @@ RUN_DATA_DIR := $(if $(DATA_DIR),$(DATA_DIR),$(DEFAULT_DATA))
 
 .PHONY: venv test lint format pretrain default-data finetune export convert bench bench-curve bench-data bench-serve profile reliability compare-objectives learning-test parity parity-trajectory parity-curves clean-venv
 
-# --no-compile: byte-compiling all 16,000 files of TensorFlow and the rest takes about a minute
-# of the set-up; Python compiles (and caches) the ones a command imports, the first time.
 $(STAMP): requirements.txt requirements-interop.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is required)"; exit 1; }
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -r requirements.txt
-	$(PY) -m pip install --quiet --no-compile -r requirements-interop.txt
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements-interop.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
