@@ -31,7 +31,7 @@ $(STAMP): requirements.txt requirements-interop.txt pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadfile -q tests
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check electra_tf data_prep tests bench tools

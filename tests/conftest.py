@@ -24,11 +24,39 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "slow: a longer variant of a check the default run already makes (another model or "
-        "precision of the same code path); runs with ELECTRA_SLOW_TESTS=1",
+        "precision of the same code path, a bench tool through its real workers); runs with "
+        "ELECTRA_SLOW_TESTS=1",
     )
 
 
+# The modules that take longest (seconds on 2 cores, a fresh clone), longest first. `make test`
+# hands whole modules to its 2 workers in collection order (`-n 2 --dist loadfile
+# --no-loadscope-reorder`; xdist would otherwise order them by their number of tests, which put
+# the 6-test, 220 s multi-worker module last): long ones first, so that the run does not end
+# with one worker alone on a long module.
+LONGEST_FIRST = (
+    "test_distribute_multiworker.py",  # ~220: five pretrain commands, seven processes
+    "test_reliability.py",  # ~110
+    "test_resume.py",  # ~100
+    "test_accumulation.py",
+    "test_serving_graph.py",
+    "test_export_precision.py",
+    "test_learning_test.py",
+    "test_export_electric.py",
+    "test_export_models.py",
+    "test_export.py",
+    "test_api.py",
+    "test_electric_training.py",
+)
+
+
+def _longest_first(item) -> int:
+    name = os.path.basename(str(item.fspath))
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_longest_first)  # stable: the rest keep their order
     # The default run stays well under CI's time limit on 2 cores; the slow variants run on
     # demand (ELECTRA_SLOW_TESTS=1 make test).
     if os.environ.get("ELECTRA_SLOW_TESTS"):

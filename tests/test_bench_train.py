@@ -117,6 +117,7 @@ def test_unknown_configuration_and_bad_lengths_are_refused(capsys):
     assert "expected integers separated by commas: '128,x'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # `make bench` itself; the harness is tested above with fake workers
 def test_a_tiny_run_through_the_real_workers_at_a_length_of_its_own(capsys, tmp_path, monkeypatch):
     """The real subprocesses, steps and table: the pre-training and fine-tuning steps of a tiny
     model, 1 timed step at length 48 (not the default 128, so a worker that ignored the length

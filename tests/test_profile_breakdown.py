@@ -310,6 +310,7 @@ def test_op_event_names():
 QUICK_LIMIT_S = 30
 
 
+@pytest.mark.slow  # `make profile` itself; the categorisation is tested above
 def test_quick_run_end_to_end(tmp_path):
     """`--quick` through the real profiler, both paths, on one core (about 15-25 s here)."""
     out = tmp_path / "breakdown.json"
