@@ -142,3 +142,17 @@ def assert_same_weights(a, b):
         np.testing.assert_array_equal(b.weights[name], value, err_msg=name)
     assert b.config.discriminator_config() == a.config.discriminator_config()
     assert b.config.generator_config() == a.config.generator_config()
+
+
+def pretrained_and_converted(tmp_path_factory, fmt):
+    """A tiny pretrainer after 4 steps (`TINY`, in a fresh data dir) and its `convert --to fmt`
+    output: (data dir, model dir, converted dir)."""
+    from electra_tf.cli import convert
+
+    data = tmp_path_factory.mktemp(f"{fmt}_data")
+    write_corpus(str(data))
+    assert run_pretrain(str(data), num_train_steps=4) == 0
+    model_dir = str(data / "models" / "m")
+    converted = str(data / fmt)
+    assert convert.main(["--to", fmt, "--input", model_dir, "--output", converted]) == 0
+    return str(data), model_dir, converted

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from pretrain_harness import assert_same_weights, run_pretrain, write_corpus
+from pretrain_harness import assert_same_weights, pretrained_and_converted
 
 from electra_tf import ElectraDiscriminator, FullTokenizer, checkpoints
 from electra_tf.checkpoints import kerashub
@@ -53,13 +53,7 @@ def keras_hub():
 def tiny(tmp_path_factory):
     """A pretrainer of the tiny preset after 4 steps (E 16 != H 32, generator of width 8) and
     its KerasHub export."""
-    data = tmp_path_factory.mktemp("kh_data")
-    write_corpus(str(data))
-    assert run_pretrain(str(data), num_train_steps=4) == 0
-    model_dir = str(data / "models" / "m")
-    export = str(data / "kh")
-    assert convert.main(["--to", "kerashub", "--input", model_dir, "--output", export]) == 0
-    return str(data), model_dir, export
+    return pretrained_and_converted(tmp_path_factory, "kerashub")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ pytest.importorskip("official.nlp.modeling")
 
 import tf_keras  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
-from pretrain_harness import assert_same_weights, run_pretrain, write_corpus  # noqa: E402
+from pretrain_harness import assert_same_weights, pretrained_and_converted  # noqa: E402
 
 from electra_tf import FullTokenizer, checkpoints  # noqa: E402
 from electra_tf.checkpoints import modelgarden  # noqa: E402
@@ -37,12 +37,7 @@ TOLERANCE = 1e-5
 def tiny(tmp_path_factory):
     """A pretrainer of the tiny preset after 4 steps (E 16 != H 32, a 2-layer generator of
     width 8 with its own projection) and its Model Garden export."""
-    data = tmp_path_factory.mktemp("mg_data")
-    write_corpus(str(data))
-    assert run_pretrain(str(data), num_train_steps=4) == 0
-    model_dir = str(data / "models" / "m")
-    export = str(data / "mg")
-    assert convert.main(["--to", "modelgarden", "--input", model_dir, "--output", export]) == 0
+    _, model_dir, export = pretrained_and_converted(tmp_path_factory, "modelgarden")
     return model_dir, export
 
 
