@@ -17,8 +17,10 @@ Tolerances. bfloat16 keeps 8 significant bits (values 2^-7 apart in [1, 2)). Mea
 the encoder's outputs within 1.4% of float32 per token (median 0.4%), the pooled vector within
 0.4%, the head's margins (logit 1 - logit 0, median size 0.65) within 0.19. The bounds are
 twice those measurements, MARGIN_TOLERANCE = 0.4 and a quarter of it for the probabilities
-(their slope in the margin is at most 1/4), and the predicted class must agree on at least
-99.5% of the sentences (here: all 100). One weight matrix of the bfloat16 model left at its
+(their slope in the margin is at most 1/4). The predicted class must agree wherever the float32
+margin exceeds that bound; within it a near-tie may flip (on real bf16 units, AMX or
+AVX512_BF16, 1 or 2 of the 100 do; where bf16 is emulated, none), and the flips are printed.
+On an AVX512_BF16 EPYC the largest margin error is 0.13. One weight matrix of the bfloat16 model left at its
 random initial value breaks them. The acceptance figure, identical predictions of a fine-tuned
 classifier on SST-2 dev, is `test_sst2_dev_agreement` (opt-in: it needs that model).
 """
@@ -200,7 +202,19 @@ def test_bfloat16_classifier_agrees_with_float32(exported):
     np.testing.assert_allclose(
         b["probabilities"], a["probabilities"], atol=MARGIN_TOLERANCE / 4, rtol=0
     )
-    assert np.mean(b["label_id"] == a["label_id"]) >= 0.995
+    # The class follows the margin's sign in both exports; so where the float32 margin exceeds
+    # the error bound the class cannot flip, and nearer a tie it may: on real bf16 units (AMX,
+    # AVX512_BF16) 1 or 2 of these 100 sentences do. The
+    # near-tie flips are counted and printed, not forbidden; most sentences are decisive.
+    for outputs, margin in ((a, margin_a), (b, margin_b)):
+        np.testing.assert_array_equal(outputs["label_id"], (margin > 0).astype(int))
+    decisive = np.abs(margin_a) > MARGIN_TOLERANCE
+    flips = b["label_id"] != a["label_id"]
+    print(f"bfloat16: largest margin error {np.abs(margin_b - margin_a).max():.3f}; "
+          f"{flips.sum()} near-tie flip(s) among {(~decisive).sum()} sentences within "
+          f"{MARGIN_TOLERANCE} of a tie")  # fmt: skip
+    assert not flips[decisive].any(), np.flatnonzero(flips & decisive)
+    assert decisive.mean() >= 0.5  # 62 of 100 here: the rule covers most sentences
     # Not the same numbers: the products did run in bfloat16.
     assert np.abs(b["logits"] - a["logits"]).max() > 1e-4
 
