@@ -88,6 +88,25 @@ def keep_mask(shape: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     return tf.reshape(keep, shape)
 
 
+def scale_kept(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
+    """x * (1 / (1 - rate)) where `keep`, else 0, as tf.nn.dropout computes it (the scale rounded
+    once to x's dtype), with the same rule for the gradient. Each direction is one fused pass
+    (`_fused_scale_kept`, an XLA cluster) instead of a product, a select and their gradients;
+    in bfloat16, where each separate op converts on its own, that matters most."""
+    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
+
+    @tf.custom_gradient
+    def apply(x):
+        return _fused_scale_kept(x, keep, scale), lambda dy: _fused_scale_kept(dy, keep, scale)
+
+    return apply(x)
+
+
+@tf.function(jit_compile=True, reduce_retracing=True)
+def _fused_scale_kept(x, keep, scale):
+    return tf.where(keep, x * scale, tf.zeros_like(x))
+
+
 class Dropout(keras.layers.Dropout):
     """Keras's Dropout (same arguments, config and scale) whose float32 and bfloat16 masks come
     from `keep_mask`: the original's keep probability from 24 random bits per element.
@@ -117,9 +136,7 @@ class Dropout(keras.layers.Dropout):
             with tf.name_scope("dropout"):
                 seed = self._stateless_seed()
                 keep = keep_mask(tf.shape(inputs), self.rate, seed)
-                # As tf.nn.dropout: the scale 1 / (1 - rate) rounded once to the input dtype.
-                scaled = inputs * tf.constant(1.0 / (1.0 - self.rate), inputs.dtype)
-                return tf.where(keep, scaled, tf.constant(0.0, inputs.dtype))
+                return scale_kept(inputs, keep, self.rate)
 
         return tf.__internal__.smart_cond.smart_cond(training, dropped, lambda: tf.identity(inputs))
 
