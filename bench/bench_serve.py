@@ -19,8 +19,8 @@ Rows, all from one run:
   (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
   starts with DIR;
 - `electra-tf, <precision>`: with `--precision bfloat16` (or another), the same weights
-  exported with that serving precision, where this checkout's export has the option (else the
-  row is reported as skipped);
+  exported with that serving precision, where this checkout's `save_for_serving` takes a
+  `precision` (else, e.g. for a --baseline from before it, the row is reported as skipped);
 - `HF PyTorch`: the same weights, converted to a Hugging Face folder by this project's
   converter (`electra_tf.checkpoints.hf`), loaded as `ElectraForPreTraining` under `--hf-python`
   (an interpreter with torch and transformers, which are not project dependencies);
@@ -168,9 +168,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def export_options() -> set[str]:
+    """The options this checkout's `save_for_serving` takes: where the export's options live
+    (`precision` makes a bfloat16 twin of the model before `serving_module`, which never had
+    it: looking there skipped the bfloat16 row on every build)."""
+    from electra_tf.serving.kinds import save_for_serving
+
+    return set(inspect.signature(save_for_serving).parameters)
+
+
 def export_variants(args: argparse.Namespace, options_taken) -> tuple[dict[str, dict], list[str]]:
-    """{row name: serving_module options} for this checkout's exports, and notes on those this
-    checkout's export cannot make (a --baseline from before an option, a precision to come)."""
+    """{row name: save_for_serving options} for this checkout's exports, and notes on those
+    this checkout's export cannot make (a --baseline from before an option)."""
     variants: dict[str, dict] = {"electra-tf": {}}
     notes = []
     if not args.no_variants:
@@ -200,8 +209,7 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
 
     from electra_tf.config import pretraining_config
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
-    from electra_tf.serving.kinds import serving_module
-    from electra_tf.serving.saved_model import ExportSpec, write_export
+    from electra_tf.serving.kinds import save_for_serving
 
     # Before TensorFlow starts its pools (0 keeps its default).
     tf.config.threading.set_intra_op_parallelism_threads(args.threads[0])
@@ -212,13 +220,12 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
     if not args.tf_json:
         write_peer_inputs(model, config, workdir, args.seq, np, tf)
     # A checkout from before an option (a --baseline) has no such export.
-    variants, notes = export_variants(args, inspect.signature(serving_module).parameters)
+    variants, notes = export_variants(args, export_options())
     results = {}
     for index, (variant, options) in enumerate(variants.items()):
-        module = serving_module("discriminator", model, vocab_file, args.seq, **options)
         name = f"electra_small_{index}"
-        spec = ExportSpec("discriminator", name, module, "{}", vocab_file, {})
-        loaded = tf.saved_model.load(write_export(spec, workdir, None, False))
+        path = save_for_serving(model, workdir, vocab_file, args.seq, name=name, **options)
+        loaded = tf.saved_model.load(path)
         results[variant] = {signature: {} for signature in SIGNATURES}
         for batch in args.batches:
             texts = tf.constant(sample_texts(vocab_file, batch, args.seq))

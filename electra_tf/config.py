@@ -33,6 +33,11 @@ MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 # fills this 2-core machine's cores with single-threaded kernels (docs/serving.md, thread
 # settings); `--query-blocks` changes it.
 DEFAULT_QUERY_BLOCKS = 2
+# Each group is its own ops in every layer, run by its own inter-op thread: more groups than
+# a server has cores cannot run side by side, and the graph (trace time, memory, the
+# SavedModel) grows with every group. 64 covers a 64-core server; `--query-blocks 100000`
+# traced for minutes past 11 GB before this bound.
+MAX_QUERY_BLOCKS = 64
 OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
 # The formats `init_checkpoint_format` may name (electra_tf.checkpoints.FORMATS, plus auto).
@@ -41,6 +46,20 @@ INIT_CHECKPOINT_FORMATS = ("auto", "native", "original", "hf", "modelgarden", "k
 
 class ConfigError(ValueError):
     """A bad configuration key or value; the message names the key."""
+
+
+def query_blocks_problem(value: Any) -> str | None:
+    """Why `value` cannot be a serving export's `query_blocks` (None when it can): an integer
+    in [1, MAX_QUERY_BLOCKS]. The export command, `ServingModule` and `serving.load` (reading
+    `export.json`) each name where the value came from."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{value!r} is not an integer"
+    if not 1 <= value <= MAX_QUERY_BLOCKS:
+        return (
+            f"{value} is outside [1, {MAX_QUERY_BLOCKS}] (one group per inter-op thread; "
+            "more groups than cores only grow the graph)"
+        )
+    return None
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

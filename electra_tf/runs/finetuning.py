@@ -132,6 +132,8 @@ def prepare_finetuning(
         tasks,
         checkpoint_config=pretrained.config if pretrained else None,
     )
+    if pretrained:  # before anything is written: the command's usage error (exit 2)
+        check_positions(config, pretrained.config.discriminator_config())
     return config, pretrained
 
 
@@ -189,12 +191,19 @@ def resolve_encoder(
         **{name: getattr(finetuning, name) for name in FINETUNING_MODEL_FIELDS},
     )
     check_model_size(config, model_config)
-    if model_config.max_position_embeddings < config.max_seq_length:
-        raise ValueError(
-            f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
-            f"max_position_embeddings {model_config.max_position_embeddings}"
-        )
+    check_positions(config, model_config)
     return model_config, source
+
+
+def check_positions(config: FinetuningConfig, model_config: ModelConfig) -> None:
+    """`max_seq_length` must fit the init checkpoint's position table: a ConfigError naming
+    both (it was a raw ValueError traceback from inside the run)."""
+    if config.max_seq_length > model_config.max_position_embeddings:
+        raise ConfigError(
+            f"max_seq_length {config.max_seq_length} exceeds the max_position_embeddings "
+            f"{model_config.max_position_embeddings} of {config.resolved_init_checkpoint()}: "
+            f"set max_seq_length to at most {model_config.max_position_embeddings}"
+        )
 
 
 def check_vocab_fits(
