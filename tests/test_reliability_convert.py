@@ -19,7 +19,7 @@ import pytest
 from reliability_cases import last_line, lock_held_by_another_process, record
 from test_checkpoints import original_shapes, write_tf1_checkpoint
 
-from electra_tf.cli import convert
+from electra_tf.cli import convert, finetune
 from electra_tf.serving import saved_model
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -297,3 +297,28 @@ def test_a_vocabulary_of_another_size_than_the_embeddings_is_refused(tiny, tmp_p
     assert "--vocab-padding" in capsys.readouterr().err
     assert _convert("hf", tiny / "orig", tmp_path / "o2", *args, "--vocab-padding") == 0
     assert (tmp_path / "o2" / "vocab.txt").read_text() == smaller.read_text()
+
+
+def test_fine_tuning_from_a_home_with_fewer_vocabulary_ids_than_rows_is_refused(
+    tiny, tmp_path, capsys
+):
+    home = tmp_path / "home_hf"
+    assert _convert("hf", tiny / "orig", home) == 0  # 20 embedding rows
+    data = tmp_path / "data"
+    (data / "finetuning_data" / "sst").mkdir(parents=True)
+    (data / "vocab.txt").write_text("".join(f"{t}\n" for t in SPECIAL + ["the", "good"]))
+    rows = "sentence\tlabel\n" + "".join(f"the good .\t{i % 2}\n" for i in range(8))
+    for split in ("train", "dev"):
+        (data / "finetuning_data" / "sst" / f"{split}.tsv").write_text(rows)
+    hparams = {"init_checkpoint": str(home), "max_seq_length": 12, "train_batch_size": 8}
+    argv = ["--data-dir", str(data), "--model-name", "m", "--tasks", "sst"]
+    code = finetune.main([*argv, "--hparams", json.dumps(hparams)])
+    err = capsys.readouterr().err
+    record(
+        "5",
+        "fine-tune from a converted home, 7-id vocab for 20 rows",
+        "an error naming the vocab, its size and the rows",
+        f"exit {code}: {last_line(err)}",
+    )
+    assert code == 1 and "Traceback" not in err
+    assert f"{data / 'vocab.txt'} has 7 entries but {home}" in err and "20 embedding rows" in err
