@@ -115,6 +115,9 @@ def test_export_overwrite_keeps_a_users_file_beside_a_saved_model(tmp_path):
     assert "variables/mine.npy" in str(caught.value)
 
 
+LABELS = {"same": "= the input", "inside": "inside the input", "around": "holding the input"}
+
+
 @pytest.mark.parametrize("where", ["same", "inside", "around"])
 def test_an_output_that_is_inside_or_around_the_input_is_refused(tiny, capsys, where):
     source = tiny / "native"
@@ -124,7 +127,7 @@ def test_an_output_that_is_inside_or_around_the_input_is_refused(tiny, capsys, w
     err = capsys.readouterr().err
     record(
         "1",
-        f"convert: output {where} the input (--overwrite)",
+        f"convert: output {LABELS[where]} (--overwrite)",
         "exit 2: the input's folder; input untouched",
         f"exit {code}: {last_line(err)}",
     )

@@ -78,7 +78,6 @@ VOCAB_PATH = os.path.join("assets", "tokenizer", "vocabulary.txt")
 HEADS_FILE = "electra_heads.safetensors"
 GENERATOR = "generator"
 BACKBONE = "keras_hub>ElectraBackbone"
-WRITTEN = (PRESET_CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, METADATA_FILE, "assets", HEADS_FILE)
 _LOG = logging.getLogger(__name__)
 
 _EMBEDDINGS = {
