@@ -23,7 +23,7 @@ from electra_tf.atomic_io import write_json, write_text
 from electra_tf.checkpoints import PretrainedModel, SourceWeights
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ConfigError, ModelConfig, parse_hparams
-from electra_tf.data.tokenization import id_count, load_vocab
+from electra_tf.data.tokenization import VocabError, id_count, load_vocab
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
@@ -209,7 +209,8 @@ def check_positions(config: FinetuningConfig, model_config: ModelConfig) -> None
 def check_vocab_fits(
     config: FinetuningConfig, model_config: ModelConfig, tasks: list[Task]
 ) -> None:
-    """A vocabulary with more ids than the encoder has embedding rows: an error up front.
+    """A vocabulary with more ids than the encoder has embedding rows: an error up front
+    (a VocabError: the command prints it as one line).
 
     The usual cause: a checkpoint pre-trained with its own (smaller) vocabulary fine-tuned with
     `<data_dir>/vocab.txt`, the original's default. Unchecked, that fails mid-training in an
@@ -218,11 +219,36 @@ def check_vocab_fits(
     vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
     if vocab > model_config.vocab_size:
         source = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
-        raise ValueError(
+        raise VocabError(
             f"vocabulary {config.resolved_vocab_file()} has {vocab} entries but {source} has "
             f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary '
             "the checkpoint was pre-trained with"
         )
+
+
+def check_vocab_covers(
+    config: FinetuningConfig, model_config: ModelConfig, source: SourceWeights | None,
+    tasks: list[Task],
+) -> None:  # fmt: skip
+    """A vocabulary with fewer ids than a pre-trained encoder's embedding rows: an error too.
+
+    Such a vocabulary is another model's (a converted home beside the wrong vocab.txt), whose
+    ids mean other tokens to these embeddings. The one exception is a table padded on purpose:
+    a native checkpoint whose own run recorded this very vocabulary (pre-training with
+    `vocab_size` set above the vocabulary's size).
+    """
+    vocab = id_count(tasks[0].tokenizer.vocab)
+    if source is None or vocab >= model_config.vocab_size:
+        return
+    used = config.resolved_vocab_file()
+    recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
+    if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
+        return
+    raise VocabError(
+        f"vocabulary {used} has {vocab} entries but {source.path} has "
+        f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary the '
+        "checkpoint was pre-trained with"
+    )
 
 
 def check_vocab_matches(
@@ -266,6 +292,7 @@ class ModelRunner:
         self.preprocessor = Preprocessor(config, tasks)
         model_config, source = resolve_encoder(config, pretrained)
         check_vocab_fits(config, model_config, tasks)
+        check_vocab_covers(config, model_config, source, tasks)
         check_vocab_matches(config, source, tasks)
         self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
         if source is not None:
