@@ -190,9 +190,11 @@ def resolve_encoder(
     )
     check_model_size(config, model_config)
     if model_config.max_position_embeddings < config.max_seq_length:
-        raise ValueError(
-            f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
-            f"max_position_embeddings {model_config.max_position_embeddings}"
+        raise ConfigError(
+            f"max_seq_length {config.max_seq_length} exceeds the "
+            f"max_position_embeddings {model_config.max_position_embeddings} of "
+            f"{config.resolved_init_checkpoint()}: set max_seq_length to at most "
+            f"{model_config.max_position_embeddings}"
         )
     return model_config, source
 
@@ -272,11 +274,6 @@ class ModelRunner:
         config = self.config
         dataset, steps = self.preprocessor.prepare_train()
         self.train_steps = steps
-        if steps < 1:
-            raise ValueError(
-                f"0 training steps: fewer train examples than train_batch_size "
-                f"{config.train_batch_size} x num_train_epochs {config.num_train_epochs}"
-            )
         variable_map = self.model.variable_map()
         optimizer = optimization.create_optimizer(
             variable_map,
