@@ -106,11 +106,15 @@ def _shorten(value: str) -> str:
 
 
 def _names(names: list[str]) -> str:
-    """'worker 0' / 'workers 0, 2' / 'chief 0, worker 1'."""
-    kinds = {name.split()[0] for name in names}
-    if len(names) > 1 and len(kinds) == 1:
-        return f"{kinds.pop()}s " + ", ".join(name.split()[1] for name in names)
-    return ", ".join(names)
+    """'worker 0' / 'workers 0, 2' / 'chief 0, workers 1, 2'."""
+    kinds: dict[str, list[str]] = {}
+    for name in names:
+        kind, index = name.split()
+        kinds.setdefault(kind, []).append(index)
+    return ", ".join(
+        f"{kind}{'s' if len(indexes) > 1 else ''} {', '.join(indexes)}"
+        for kind, indexes in kinds.items()
+    )
 
 
 def check_workers_agree(
