@@ -10,10 +10,10 @@ evaluates the latest checkpoint (`--all-checkpoints`: every kept one, oldest fir
 refuses settings that change the model, its data or its objective (`--allow-config-change`
 lets named ones through; docs/configuration.md).
 
-Exit codes: 0 done; 2 bad configuration or input (hparams, vocabulary, TFRecords), a model
-dir in use by another run or not writable; 1 the disk filled up (the partial checkpoint is
-removed, the previous one kept); 128 + signal when stopped by SIGINT (130) or SIGTERM (143)
-after saving a checkpoint at the step reached.
+Exit codes: 0 done; 2 bad configuration or input (hparams, vocabulary, TFRecords, TF_CONFIG,
+workers that disagree, a refused resume), a model dir in use by another run or not writable;
+1 the disk filled up (the partial checkpoint is removed, the previous one kept); 128 + signal
+when stopped by SIGINT (130) or SIGTERM (143) after saving a checkpoint at the step reached.
 """
 
 from __future__ import annotations
