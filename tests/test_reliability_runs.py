@@ -58,7 +58,9 @@ class PeerStrategy:
 
 
 def _settings(data_dir, **overrides):
-    config = pretraining_config("m", str(data_dir), hparams={"vocab_size": 64, **overrides})
+    config = pretraining_config(
+        "m", str(data_dir), hparams={"vocab_size": 64, "train_batch_size": 4, **overrides}
+    )
     pattern = os.path.join(str(data_dir), "pretrain_tfrecords", "*")
     files = sorted(tf.io.gfile.glob(pattern))
     return worker_settings(config, files, None, ())
