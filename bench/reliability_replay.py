@@ -31,6 +31,7 @@ TESTS = [
     "tests/test_reliability_inputs.py",
     "tests/test_reliability_export.py",
     "tests/test_reliability_convert.py",
+    "tests/test_reliability_runs.py",
     "tests/test_checkpoint_recovery.py",
     "tests/test_export_models.py::test_bad_batches_are_refused_and_an_empty_batch_answers",
     "tests/test_export_models.py::test_export_json_lists_every_signature_input",

@@ -308,11 +308,6 @@ class ModelRunner:
         config = self.config
         dataset, steps = self.preprocessor.prepare_train()
         self.train_steps = steps
-        if steps < 1:
-            raise ValueError(
-                f"0 training steps: fewer train examples than train_batch_size "
-                f"{config.train_batch_size} x num_train_epochs {config.num_train_epochs}"
-            )
         variable_map = self.model.variable_map()
         optimizer = optimization.create_optimizer(
             variable_map,
