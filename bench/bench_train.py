@@ -8,7 +8,7 @@ The same run measures the machine's tf.matmul peak (fp32 and bf16) for MFU.
 
 Usage:
     python -m bench.bench_train [--batch 32] [--seq 128] [--steps 6] [--rounds 2]
-        [--configs default,fp32,...] [--skip-peer] [--no-extras]
+        [--configs default,fp32,...] [--skip-peer] [--no-extras] [--json F] [--png F]
 
 Rows: the project at its default precision/XLA, parallel micro-batches and thread pools
 (each "auto" resolved for this machine, as `python -m electra_tf.pretrain` resolves them; the
@@ -354,6 +354,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--png", help="draw the table here (default: beside --json, as .png)")
     parser.add_argument(
         "--baseline", help="another checkout: its electra_tf as a 'baseline' row (default config)"
     )
@@ -468,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         f"classifier's), sequence length {lengths}; median of {args.rounds} round(s) x "
         f"{args.steps} steps; ratios per round against the peer of the same round and length"
     )
-    print(machine.header(peak, load_start, load_end))
+    header = machine.header(peak, load_start, load_end)
+    print(header)
     print(train_table.markdown(rows))
     for note in notes:
         print(f"\n{note}")
@@ -481,7 +483,27 @@ def main(argv: list[str] | None = None) -> int:
             summary = {"matmul_peak": peak, "rows": rows}
             json.dump({"records": records, "summary": summary}, f, indent=2)
         os.replace(tmp, args.json)
+    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else None)
+    if png:
+        draw(png, rows, header)
+        print(f"picture: {png}", flush=True)
     return 0
+
+
+def draw(path: str, rows: list[dict[str, Any]], header: str) -> None:
+    """The table's tokens/s as bars (`plots.speed_bars`), a panel per sequence length, the
+    processor line as the title; failed rows are left out."""
+    from electra_tf.evaluation import plots
+
+    panels: dict[str, list[tuple[str, float, str]]] = {}
+    for row in rows:
+        if row["failed"]:
+            continue
+        kind = CONFIGS["default" if row["config"] == BASELINE else row["config"]]["kind"]
+        group = "peers" if kind in ("peer", "torch") else "electra-tf"
+        title = f"sequence length {row['seq']}, batch {row['batch']}"
+        panels.setdefault(title, []).append((row["config"], row["tokens_per_s"], group))
+    plots.speed_bars(path, panels, "tokens/s (median over rounds)", header)
 
 
 def print_round(round_index: int, seq: int, name: str, result: dict[str, Any]) -> None:
