@@ -249,6 +249,8 @@ def test_report_only_redraws_finished_runs_without_the_original(tmp_path, capsys
     assert f"picture: {tmp_path / 'report' / 'curves.png'}" in capsys.readouterr().out
     assert (tmp_path / "report" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads(out.read_text())["verdict"].startswith("CURVES OK")
+    with pytest.raises(SystemExit, match="no project run under greedy_sampling among the runs"):
+        curves.main([*argv, "--also-mutation", "greedy_sampling"])
 
 
 # ---------------------------------------------------------------------------- the real thing

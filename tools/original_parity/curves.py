@@ -782,6 +782,10 @@ def collect(runs: list[dict], mutation: str | None = None) -> tuple[dict, list[i
             raise SystemExit(f"ERROR: the {run['side']} seed {run['seed']} run sampled other steps")
         for name in METRICS + EXTRA_METRICS:
             curves[run["side"]].setdefault(name, []).append(run["values"][name])
+    for side, runs_of_side in curves.items():
+        if not runs_of_side:  # e.g. --report-only before the first project run has a point
+            under = f" under {mutation}" if side == "project" and mutation else ""
+            raise SystemExit(f"ERROR: no {side} run{under} among the runs to compare")
     return curves, steps or []
 
 
