@@ -422,7 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
-    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else None)
+    from electra_tf.evaluation import plots  # not at the top: see bench_train.write_outputs
+
+    png = plots.png_path(args.png, args.json)
     if png:
         header = machine.header(run_info["peak"], run_info["load_start"], run_info["load_end"])
         draw(png, summary, header, args.seq)

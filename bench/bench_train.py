@@ -477,17 +477,28 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_extras:
         for module in ("bench_data", "bench_serve"):
             print(f"\n== {module}\n{run_extra(module, args.timeout)}", flush=True)
+    write_outputs(
+        args, {"records": records, "summary": {"matmul_peak": peak, "rows": rows}}, header
+    )
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, result: dict[str, Any], header: str) -> None:
+    """--json (`result`: the records and the table's rows) and the table's picture (--png, or
+    beside --json)."""
+    # Imported here, not at the top: a worker of another checkout binds its own electra_tf
+    # after importing this module (HARNESS_CODE).
+    from electra_tf.evaluation import plots
+
     if args.json:
         tmp = f"{args.json}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            summary = {"matmul_peak": peak, "rows": rows}
-            json.dump({"records": records, "summary": summary}, f, indent=2)
+            json.dump(result, f, indent=2)
         os.replace(tmp, args.json)
-    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else None)
+    png = plots.png_path(args.png, args.json)
     if png:
-        draw(png, rows, header)
+        draw(png, result["summary"]["rows"], header)
         print(f"picture: {png}", flush=True)
-    return 0
 
 
 def draw(path: str, rows: list[dict[str, Any]], header: str) -> None:

@@ -255,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": rows, "train_rows": train_rows, "peak": peak}, f, indent=2)
-    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else None)
+    from electra_tf.evaluation import plots
+
+    png = plots.png_path(args.png, args.json)
     if png:
         draw(png, rows, train_rows, header)
         print(f"picture: {png}")

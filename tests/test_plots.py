@@ -106,6 +106,13 @@ def test_cost_vs_length(tmp_path):
 
 
 # ---------------------------------------------------------------------------- the commands
+def test_a_command_draws_at_png_else_beside_its_json():
+    assert plots.png_path("p.png", "out/r.json") == "p.png"
+    assert plots.png_path(None, "out/r.json") == "out/r.png"
+    assert plots.png_path(None, None, "earlier.json") == "earlier.png"
+    assert plots.png_path(None, None) is None
+
+
 def train_records():
     record = {"batch": 32, "peak_rss_mib": 100.0, "precision": "float32", "jit_compile": False}
     speeds = {"default": 500.0, "mg-fp32": 400.0, "hf-fp32": 250.0}

@@ -71,6 +71,7 @@ import tf_keras as keras  # noqa: E402
 
 from electra_tf.atomic_io import write_json  # noqa: E402
 from electra_tf.config import ModelConfig, pretraining_config  # noqa: E402
+from electra_tf.evaluation import plots  # noqa: E402
 from electra_tf.finetuning.heads import ClassificationHead, pooled_output  # noqa: E402
 from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
@@ -531,8 +532,6 @@ def read_record(path: str) -> dict[str, Any]:
 
 def draw(path: str, record: dict[str, Any]) -> None:
     """The per-seed accuracies of `record` (as --json writes it) as a PNG."""
-    from electra_tf.evaluation import plots
-
     protocol = record["protocol"]
     title = f"Learning test: held-out accuracy, {len(record['results'])} seed(s)"
     if protocol["pretrain_seconds"]:
@@ -574,8 +573,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
         }
         if args.json:
             write_json(args.json, record, indent=2)
-    source = args.json or args.from_json
-    png = args.png or (os.path.splitext(source)[0] + ".png" if source else None)
+    png = plots.png_path(args.png, args.json, args.from_json)
     if png:
         draw(png, record)
         print(f"picture: {png}")

@@ -19,6 +19,7 @@ importing this module, or anything that trains or serves, never loads it. The pi
 from __future__ import annotations
 
 import io
+import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -61,6 +62,15 @@ def save(figure, path: str):
     image.save(buffer, format="png", optimize=True)
     atomic_io.write_bytes(path, buffer.getvalue())
     return figure
+
+
+def png_path(png: str | None, *beside: str | None) -> str | None:
+    """Where a command draws: `png` (its --png) if given, else the first of `beside` (its
+    --json) with `.png` for its extension, else nowhere (None)."""
+    if png:
+        return png
+    first = next((path for path in beside if path), None)
+    return os.path.splitext(first)[0] + ".png" if first else None
 
 
 def _wrapped(text: str, width: int = 110) -> str:

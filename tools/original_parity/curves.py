@@ -898,7 +898,9 @@ def main(argv=None) -> int:
                        "also_mutations": extra, "meta": meta}, f, indent=1)  # fmt: skip
     if args.csv:
         write_csv(args.csv, result, curves)
-    png = args.png or (os.path.splitext(args.json)[0] + ".png" if args.json else None)
+    from electra_tf.evaluation import plots
+
+    png = plots.png_path(args.png, args.json)
     if png:
         draw(png, result, curves, extra, line, args.mutation)
         check.log(f"picture: {png}")
