@@ -11,9 +11,13 @@ returns the closed `matplotlib.figure.Figure`, whose axes' titles and labels a t
   `bench/bench_serve.py`);
 - `cost_vs_length`: cost against sequence length, one line per system (`bench/cost_curve.py`).
 
-matplotlib is imported inside the functions, with the Agg backend (no display needed), so that
-importing this module, or anything that trains or serves, never loads it. The pictures are small
-(`FIGSIZE` inches at `DPI`: about 50 to 100 KB) so that they can be committed beside the text.
+matplotlib is imported inside the functions, with the Agg backend (no display needed): importing
+this module, or the project's training and serving code, does not load it. (TensorFlow 2.20
+itself does, at `import tensorflow`: it imports Keras 3 eagerly, whose `keras.src.visualization`
+imports matplotlib.pyplot where installed; not with TF_USE_LEGACY_KERAS=1, the setting under
+which tests/test_plots.py checks this project's imports.) The pictures are small (`FIGSIZE`
+inches at `DPI`, a 128-colour palette: 10 to 45 KB) so that they can be committed beside the
+text.
 """
 
 from __future__ import annotations
