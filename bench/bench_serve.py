@@ -99,9 +99,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", help="also write every row's p50 / p99 (ms) here")
     parser.add_argument("--png", help="draw the p50s here (default: beside --json, as .png)")
-    # Internal: what a --baseline subprocess is asked for; fewer calls (the cost curve's p50).
+    # Internal: what a --baseline subprocess is asked for; fewer calls and no picture (the cost
+    # curve's p50 at each length).
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
     parser.add_argument("--min-calls", type=int, default=50, help=argparse.SUPPRESS)
+    parser.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.calls < args.min_calls:
         parser.error(f"--calls: p99 needs at least {args.min_calls} calls")
@@ -424,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
     from electra_tf.evaluation import plots  # not at the top: see bench_train.write_outputs
 
-    png = plots.png_path(args.png, args.json)
+    png = None if args.no_png else plots.png_path(args.png, args.json)
     if png:
         header = machine.header(run_info["peak"], run_info["load_start"], run_info["load_end"])
         draw(png, summary, header, args.seq)

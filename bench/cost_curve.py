@@ -64,7 +64,7 @@ def serve_at(seq: int, args: argparse.Namespace, workdir: str) -> dict[str, Any]
     out = os.path.join(workdir, f"serve_{seq}.json")
     arguments = ["--seq", str(seq), "--batches", ",".join(map(str, SERVE_BATCHES))]
     arguments += ["--calls", str(args.calls), "--min-calls", "1", "--warmup", str(args.warmup)]
-    arguments += ["--no-variants", "--no-ort", "--json", out]
+    arguments += ["--no-variants", "--no-ort", "--json", out, "--no-png"]
     if args.hf_python:
         arguments += ["--hf-python", args.hf_python]
     ok, output = run_module("bench_serve", arguments, args.timeout)

@@ -176,6 +176,17 @@ def test_the_figures_the_commands_draw(monkeypatch, tmp_path):
     }
 
 
+def test_the_cost_curves_serving_runs_draw_nothing(monkeypatch, tmp_path):
+    """bench-curve runs bench_serve once per length for its p50s: no picture of each."""
+    seen = []
+    monkeypatch.setattr(cost_curve, "run_module", lambda *a: seen.append(a) or (False, "stop"))
+    args = cost_curve.parse_args([])
+    assert cost_curve.serve_at(128, args, str(tmp_path)) == {}
+    ((module, arguments, _),) = seen
+    assert module == "bench_serve" and "--no-png" in arguments
+    assert bench_serve.parse_args(arguments).no_png
+
+
 # ---------------------------------------------------------------------------- lazy import
 def test_training_and_serving_do_not_load_matplotlib():
     """The entry points of training, fine-tuning, export and serving, and the plotting module
