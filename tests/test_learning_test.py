@@ -114,6 +114,8 @@ def test_the_picture_is_redrawn_from_an_earlier_json(tmp_path, capsys):
     assert (tmp_path / "earlier.png").read_bytes()[:4] == b"\x89PNG"
     lt.main(["--from-json", str(earlier), "--png", str(tmp_path / "other.png")])
     assert (tmp_path / "other.png").exists()
+    with pytest.raises(SystemExit):  # reading earlier results writes no new ones
+        lt.main(["--from-json", str(earlier), "--json", str(tmp_path / "new.json")])
     del record["results"]["1"]["electra"]
     earlier.write_text(json.dumps(record))
     with pytest.raises(

@@ -492,7 +492,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", help="write the per-seed results and the summary here")
     parser.add_argument(
         "--png",
-        help="draw the per-seed accuracies here (default: beside --json or --from-json, as .png)",
+        help="draw the per-seed accuracies here (default: beside --json or --from-json, .png)",
     )
     parser.add_argument(
         "--from-json",
@@ -501,6 +501,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.minutes <= 0:
         parser.error("--seeds must be >= 1 and --minutes > 0")
+    if args.from_json and args.json:
+        parser.error("--from-json reads earlier results, --json writes a new run's: give one")
     return args
 
 
