@@ -34,7 +34,7 @@ The peers run bench/peer_torch.py (which imports nothing of this project).
 
     python -m bench.bench_serve [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
         [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python P] [--ort-python P]
-        [--precision bfloat16] [--threads 1,2]
+        [--precision bfloat16] [--threads 1,2] [--json F] [--png F]
 
 TensorFlow runs with `--threads` (intra-op, inter-op; default: `TF_NUM_INTRAOP_THREADS` and
 `TF_NUM_INTEROP_THREADS` where set, else 1,2, the setting the README gives a model server for
@@ -98,9 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "README's serving setting)",
     )
     parser.add_argument("--json", help="also write every row's p50 / p99 (ms) here")
-    # Internal: what a --baseline subprocess is asked for; fewer calls (the cost curve's p50).
+    parser.add_argument("--png", help="draw the p50s here (default: beside --json, as .png)")
+    # Internal: what a --baseline subprocess is asked for; fewer calls and no picture (the cost
+    # curve's p50 at each length).
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
     parser.add_argument("--min-calls", type=int, default=50, help=argparse.SUPPRESS)
+    parser.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.calls < args.min_calls:
         parser.error(f"--calls: p99 needs at least {args.min_calls} calls")
@@ -418,17 +421,41 @@ def main(argv: list[str] | None = None) -> int:
     results, notes = measure(args)
     run_info = {"peak": peak, "load_start": load_start, "load_end": machine.load_average()}
     print_report(results, notes, args, run_info)
-    if args.json:
-        summary = {
-            variant: {
-                signature: {batch: stats(seconds, batch) for batch, seconds in by_batch.items()}
-                for signature, by_batch in by_signature.items()
-            }
-            for variant, by_signature in results.items()
+    summary = {
+        variant: {
+            signature: {batch: stats(seconds, batch) for batch, seconds in by_batch.items()}
+            for signature, by_batch in by_signature.items()
         }
+        for variant, by_signature in results.items()
+    }
+    if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
+    from electra_tf.evaluation import plots  # not at the top: see bench_train.write_outputs
+
+    png = None if args.no_png else plots.png_path(args.png, args.json)
+    if png:
+        header = machine.header(run_info["peak"], run_info["load_start"], run_info["load_end"])
+        draw(png, summary, header, args.seq)
+        print(f"picture: {png}")
     return 0
+
+
+def draw(path: str, summary: dict, header: str, seq: int) -> None:
+    """The table's p50 latencies as bars (`plots.speed_bars`), a panel per batch size, the
+    processor line as the title. `summary`: {row: {signature: {batch: `stats`}}}."""
+    from electra_tf.evaluation import plots
+
+    panels: dict[int, list[tuple[str, float, str]]] = {}
+    for variant, by_signature in summary.items():
+        group = "peers" if variant in PEERS and variant != "baseline" else "electra-tf"
+        for signature, by_batch in by_signature.items():
+            for batch, s in by_batch.items():
+                panels.setdefault(int(batch), []).append(
+                    (f"{variant}, {signature}", s["p50"], group)
+                )
+    titled = {f"batch {b}, sequence length {seq}": bars for b, bars in sorted(panels.items())}
+    plots.speed_bars(path, titled, "p50 latency (ms)", header)
 
 
 if __name__ == "__main__":
