@@ -8,6 +8,7 @@ Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import statistics
@@ -40,6 +41,7 @@ from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
+from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
 from electra_tf.runs.pretraining_model import current_learning_rate
 from electra_tf.runs.progress import FitProgress, ProgressReporter
 
@@ -268,8 +270,9 @@ class ModelRunner:
         config = self.config
         every = config.log_every_steps or min(config.iterations_per_loop, 100)
         reporter = ProgressReporter(steps, 0, os.path.join(self.model_dir, "train"), sys.stdout)
+        learning_rate = functools.partial(current_learning_rate, optimizer)
         return FitProgress(
-            reporter, every, config.train_batch_size, lambda: current_learning_rate(optimizer)
+            reporter, every, config.train_batch_size, learning_rate, HEARTBEAT_SECONDS
         )
 
     def save(self) -> None:

@@ -160,7 +160,8 @@ class FitProgress(keras.callbacks.Callback):
       every: steps between report lines.
       batch_size: examples per step.
       learning_rate: the optimizer's current learning rate, asked at each line.
-      heartbeat_seconds: the longest silence between two lines.
+      heartbeat_seconds: the longest silence between two lines (the pre-training run's CPU
+        heartbeat, `cpu_calls.HEARTBEAT_SECONDS`, in the fine-tuning run).
     """
 
     def __init__(
@@ -169,7 +170,7 @@ class FitProgress(keras.callbacks.Callback):
         every: int,
         batch_size: int,
         learning_rate: Callable[[], float],
-        heartbeat_seconds: float = 30.0,
+        heartbeat_seconds: float,
     ):
         super().__init__()
         self.reporter, self.every, self.batch_size = reporter, max(1, every), batch_size
