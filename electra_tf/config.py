@@ -42,6 +42,8 @@ OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
 # The formats `init_checkpoint_format` may name (electra_tf.checkpoints.FORMATS, plus auto).
 INIT_CHECKPOINT_FORMATS = ("auto", "native", "original", "hf", "modelgarden", "kerashub")
+# The `precision` values of pre-training and fine-tuning ("auto": `device_defaults.auto_precision`).
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
 class ConfigError(ValueError):
@@ -70,6 +72,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "dict": (dict,),
 }
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def check_precision(precision: Any) -> None:
+    """`precision` is one of PRECISIONS; else a ConfigError naming the key and the values."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: {precision!r} is not {'/'.join(PRECISIONS)}")
 
 
 def check_types(config: Any) -> None:
@@ -456,10 +464,7 @@ class PretrainingConfig:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
             )
-        if self.precision not in ("auto", "float32", "mixed_bfloat16", "mixed_float16"):
-            raise ConfigError(
-                f"precision: {self.precision!r} is not auto/float32/mixed_bfloat16/mixed_float16"
-            )
+        check_precision(self.precision)
         if self.init_checkpoint_format not in INIT_CHECKPOINT_FORMATS:
             raise ConfigError(
                 f"init_checkpoint_format: {self.init_checkpoint_format!r} is not one of "
