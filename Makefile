@@ -69,13 +69,18 @@ convert: $(STAMP)
 # PEER_PYTHON=<a python with torch, transformers, onnx, onnxruntime>: the Hugging Face PyTorch and
 # ONNX Runtime rows (bench/README.md says how to make one); without it they are reported skipped.
 # SEQ_LENGTHS=128,256,512: `make bench` at each length; `make bench-curve`'s lengths.
+# Each writes its table as JSON and as a picture under data/ (bench_train.json and .png, ...).
 PEER_ENV := $(if $(PEER_PYTHON),ELECTRA_PEER_PYTHON=$(PEER_PYTHON),)
 bench: $(STAMP)
-	$(PEER_ENV) $(PY) -m bench.bench_train $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),)
+	mkdir -p data
+	$(PEER_ENV) $(PY) -m bench.bench_train $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),) \
+		--json data/bench_train.json
 
 # Cost against sequence length: training, serving and attention's share, with the peers.
 bench-curve: $(STAMP)
-	$(PEER_ENV) $(PY) -m bench.cost_curve $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),)
+	mkdir -p data
+	$(PEER_ENV) $(PY) -m bench.cost_curve $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),) \
+		--json data/bench_curve.json
 
 bench-data: $(STAMP)
 	$(PY) -m bench.bench_data
@@ -83,8 +88,9 @@ bench-data: $(STAMP)
 # BASELINE=<another checkout>: its export timed in the same run. PRECISION=bfloat16: that
 # export too, where the export command has the option.
 bench-serve: $(STAMP)
+	mkdir -p data
 	$(PEER_ENV) $(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),) \
-		$(if $(PRECISION),--precision $(PRECISION),)
+		$(if $(PRECISION),--precision $(PRECISION),) --json data/bench_serve.json
 
 # Where a step's time goes: op-level shares (and attention's) of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.
@@ -100,8 +106,11 @@ reliability: $(STAMP)
 
 # The synthetic-language learning test (docs/learning-test.md): random init, masked LM and
 # ELECTRA; SEEDS (default 3) and MINUTES (CPU minutes of pre-training per objective, default 1).
+# Results in data/learning_test.json, the per-seed picture in data/learning_test.png.
 learning-test: $(STAMP)
-	$(PY) -m electra_tf.evaluation.learning_test --seeds $(or $(SEEDS),3) --minutes $(or $(MINUTES),1)
+	mkdir -p data
+	$(PY) -m electra_tf.evaluation.learning_test --seeds $(or $(SEEDS),3) --minutes $(or $(MINUTES),1) \
+		--json data/learning_test.json
 
 # Pre-training objectives (configs/ablations/*.json) at equal wall time, then SST-2 from each
 # (electra_tf/evaluation/compare_objectives.py; its docstring has the rules). MINUTES: per objective.
@@ -131,10 +140,16 @@ parity-trajectory: $(STAMP)
 		$(if $(STEPS),--steps $(STEPS),)
 
 # Learning curves of both sides, each with its own randomness, on real text (DATA_DIR, default
-# data/default, built first). STEPS (default 2000), SEEDS per side (default 3).
+# data/default, built first). STEPS (default 2000), SEEDS per side (default 3), ALSO_MUTATION
+# (a bug to run beside, drawn in a third colour), RUNS_DIR (keep each run's curves there) and
+# REPORT_ONLY=1 (no runs: the report and picture again from RUNS_DIR; no MIRROR needed).
+# Results in data/parity_curves.json, the picture in data/parity_curves.png.
 parity-curves: $(STAMP) $(if $(DATA_DIR),,default-data)
+	mkdir -p data
 	$(PY) -m tools.original_parity.curves $(if $(MIRROR),--mirror $(MIRROR),) --data-dir $(RUN_DATA_DIR) \
-		$(if $(STEPS),--steps $(STEPS),) $(if $(SEEDS),--seeds $(SEEDS),)
+		$(if $(STEPS),--steps $(STEPS),) $(if $(SEEDS),--seeds $(SEEDS),) \
+		$(if $(ALSO_MUTATION),--also-mutation $(ALSO_MUTATION),) $(if $(RUNS_DIR),--runs-dir $(RUNS_DIR),) \
+		$(if $(REPORT_ONLY),--report-only,) --json data/parity_curves.json
 
 clean-venv:
 	rm -rf $(VENV)

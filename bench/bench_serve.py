@@ -19,8 +19,8 @@ Rows, all from one run:
   (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
   starts with DIR;
 - `electra-tf, <precision>`: with `--precision bfloat16` (or another), the same weights
-  exported with that serving precision, where this checkout's export has the option (else the
-  row is reported as skipped);
+  exported with that serving precision, where this checkout's `save_for_serving` takes a
+  `precision` (else, e.g. for a --baseline from before it, the row is reported as skipped);
 - `HF PyTorch`: the same weights, converted to a Hugging Face folder by this project's
   converter (`electra_tf.checkpoints.hf`), loaded as `ElectraForPreTraining` under `--hf-python`
   (an interpreter with torch and transformers, which are not project dependencies);
@@ -34,7 +34,7 @@ The peers run bench/peer_torch.py (which imports nothing of this project).
 
     python -m bench.bench_serve [--calls 50] [--warmup 5] [--baseline DIR] [--no-xla]
         [--batches 1,32] [--seq 128] [--vocab-file V] [--hf-python P] [--ort-python P]
-        [--precision bfloat16] [--threads 1,2]
+        [--precision bfloat16] [--threads 1,2] [--json F] [--png F]
 
 TensorFlow runs with `--threads` (intra-op, inter-op; default: `TF_NUM_INTRAOP_THREADS` and
 `TF_NUM_INTEROP_THREADS` where set, else 1,2, the setting the README gives a model server for
@@ -98,9 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "README's serving setting)",
     )
     parser.add_argument("--json", help="also write every row's p50 / p99 (ms) here")
-    # Internal: what a --baseline subprocess is asked for; fewer calls (the cost curve's p50).
+    parser.add_argument("--png", help="draw the p50s here (default: beside --json, as .png)")
+    # Internal: what a --baseline subprocess is asked for; fewer calls and no picture (the cost
+    # curve's p50 at each length).
     parser.add_argument("--tf-json", help=argparse.SUPPRESS)
     parser.add_argument("--min-calls", type=int, default=50, help=argparse.SUPPRESS)
+    parser.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.calls < args.min_calls:
         parser.error(f"--calls: p99 needs at least {args.min_calls} calls")
@@ -168,9 +171,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def export_options() -> set[str]:
+    """The options this checkout's `save_for_serving` takes: where the export's options live
+    (`precision` makes a bfloat16 twin of the model before `serving_module`, which never had
+    it: looking there skipped the bfloat16 row on every build)."""
+    from electra_tf.serving.kinds import save_for_serving
+
+    return set(inspect.signature(save_for_serving).parameters)
+
+
 def export_variants(args: argparse.Namespace, options_taken) -> tuple[dict[str, dict], list[str]]:
-    """{row name: serving_module options} for this checkout's exports, and notes on those this
-    checkout's export cannot make (a --baseline from before an option, a precision to come)."""
+    """{row name: save_for_serving options} for this checkout's exports, and notes on those
+    this checkout's export cannot make (a --baseline from before an option)."""
     variants: dict[str, dict] = {"electra-tf": {}}
     notes = []
     if not args.no_variants:
@@ -200,8 +212,7 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
 
     from electra_tf.config import pretraining_config
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
-    from electra_tf.serving.kinds import serving_module
-    from electra_tf.serving.saved_model import ExportSpec, write_export
+    from electra_tf.serving.kinds import save_for_serving
 
     # Before TensorFlow starts its pools (0 keeps its default).
     tf.config.threading.set_intra_op_parallelism_threads(args.threads[0])
@@ -212,13 +223,12 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
     if not args.tf_json:
         write_peer_inputs(model, config, workdir, args.seq, np, tf)
     # A checkout from before an option (a --baseline) has no such export.
-    variants, notes = export_variants(args, inspect.signature(serving_module).parameters)
+    variants, notes = export_variants(args, export_options())
     results = {}
     for index, (variant, options) in enumerate(variants.items()):
-        module = serving_module("discriminator", model, vocab_file, args.seq, **options)
         name = f"electra_small_{index}"
-        spec = ExportSpec("discriminator", name, module, "{}", vocab_file, {})
-        loaded = tf.saved_model.load(write_export(spec, workdir, None, False))
+        path = save_for_serving(model, workdir, vocab_file, args.seq, name=name, **options)
+        loaded = tf.saved_model.load(path)
         results[variant] = {signature: {} for signature in SIGNATURES}
         for batch in args.batches:
             texts = tf.constant(sample_texts(vocab_file, batch, args.seq))
@@ -411,17 +421,41 @@ def main(argv: list[str] | None = None) -> int:
     results, notes = measure(args)
     run_info = {"peak": peak, "load_start": load_start, "load_end": machine.load_average()}
     print_report(results, notes, args, run_info)
-    if args.json:
-        summary = {
-            variant: {
-                signature: {batch: stats(seconds, batch) for batch, seconds in by_batch.items()}
-                for signature, by_batch in by_signature.items()
-            }
-            for variant, by_signature in results.items()
+    summary = {
+        variant: {
+            signature: {batch: stats(seconds, batch) for batch, seconds in by_batch.items()}
+            for signature, by_batch in by_signature.items()
         }
+        for variant, by_signature in results.items()
+    }
+    if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
+    from electra_tf.evaluation import plots  # not at the top: see bench_train.write_outputs
+
+    png = None if args.no_png else plots.png_path(args.png, args.json)
+    if png:
+        header = machine.header(run_info["peak"], run_info["load_start"], run_info["load_end"])
+        draw(png, summary, header, args.seq)
+        print(f"picture: {png}")
     return 0
+
+
+def draw(path: str, summary: dict, header: str, seq: int) -> None:
+    """The table's p50 latencies as bars (`plots.speed_bars`), a panel per batch size, the
+    processor line as the title. `summary`: {row: {signature: {batch: `stats`}}}."""
+    from electra_tf.evaluation import plots
+
+    panels: dict[int, list[tuple[str, float, str]]] = {}
+    for variant, by_signature in summary.items():
+        group = "peers" if variant in PEERS and variant != "baseline" else "electra-tf"
+        for signature, by_batch in by_signature.items():
+            for batch, s in by_batch.items():
+                panels.setdefault(int(batch), []).append(
+                    (f"{variant}, {signature}", s["p50"], group)
+                )
+    titled = {f"batch {b}, sequence length {seq}": bars for b, bars in sorted(panels.items())}
+    plots.speed_bars(path, titled, "p50 latency (ms)", header)
 
 
 if __name__ == "__main__":

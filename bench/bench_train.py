@@ -8,7 +8,7 @@ The same run measures the machine's tf.matmul peak (fp32 and bf16) for MFU.
 
 Usage:
     python -m bench.bench_train [--batch 32] [--seq 128] [--steps 6] [--rounds 2]
-        [--configs default,fp32,...] [--skip-peer] [--no-extras]
+        [--configs default,fp32,...] [--skip-peer] [--no-extras] [--json F] [--png F]
 
 Rows: the project at its default precision/XLA, parallel micro-batches and thread pools
 (each "auto" resolved for this machine, as `python -m electra_tf.pretrain` resolves them; the
@@ -354,6 +354,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--png", help="draw the table here (default: beside --json, as .png)")
     parser.add_argument(
         "--baseline", help="another checkout: its electra_tf as a 'baseline' row (default config)"
     )
@@ -468,20 +469,52 @@ def main(argv: list[str] | None = None) -> int:
         f"classifier's), sequence length {lengths}; median of {args.rounds} round(s) x "
         f"{args.steps} steps; ratios per round against the peer of the same round and length"
     )
-    print(machine.header(peak, load_start, load_end))
+    header = machine.header(peak, load_start, load_end)
+    print(header)
     print(train_table.markdown(rows))
     for note in notes:
         print(f"\n{note}")
     if not args.no_extras:
         for module in ("bench_data", "bench_serve"):
             print(f"\n== {module}\n{run_extra(module, args.timeout)}", flush=True)
+    write_outputs(
+        args, {"records": records, "summary": {"matmul_peak": peak, "rows": rows}}, header
+    )
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, result: dict[str, Any], header: str) -> None:
+    """--json (`result`: the records and the table's rows) and the table's picture (--png, or
+    beside --json)."""
+    # Imported here, not at the top: a worker of another checkout binds its own electra_tf
+    # after importing this module (HARNESS_CODE).
+    from electra_tf.evaluation import plots
+
     if args.json:
         tmp = f"{args.json}.tmp-{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
-            summary = {"matmul_peak": peak, "rows": rows}
-            json.dump({"records": records, "summary": summary}, f, indent=2)
+            json.dump(result, f, indent=2)
         os.replace(tmp, args.json)
-    return 0
+    png = plots.png_path(args.png, args.json)
+    if png:
+        draw(png, result["summary"]["rows"], header)
+        print(f"picture: {png}", flush=True)
+
+
+def draw(path: str, rows: list[dict[str, Any]], header: str) -> None:
+    """The table's tokens/s as bars (`plots.speed_bars`), a panel per sequence length, the
+    processor line as the title; failed rows are left out."""
+    from electra_tf.evaluation import plots
+
+    panels: dict[str, list[tuple[str, float, str]]] = {}
+    for row in rows:
+        if row["failed"]:
+            continue
+        kind = CONFIGS["default" if row["config"] == BASELINE else row["config"]]["kind"]
+        group = "peers" if kind in ("peer", "torch") else "electra-tf"
+        title = f"sequence length {row['seq']}, batch {row['batch']}"
+        panels.setdefault(title, []).append((row["config"], row["tokens_per_s"], group))
+    plots.speed_bars(path, panels, "tokens/s (median over rounds)", header)
 
 
 def print_round(round_index: int, seq: int, name: str, result: dict[str, Any]) -> None:

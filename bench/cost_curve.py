@@ -18,7 +18,7 @@ Then it says whether the project's ratio to each peer at the longest length is a
 one at the shortest (the cost curve is no worse than the peer's).
 
     python -m bench.cost_curve [--seq-lengths 128,256,512] [--tokens-per-batch 4096]
-        [--rounds 2] [--steps 4] [--calls 20] [--hf-python P] [--no-profile] [--json F]
+        [--rounds 2] [--steps 4] [--calls 20] [--hf-python P] [--no-profile] [--json F] [--png F]
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from bench import bench_train, machine, train_table
 TRAIN_CONFIGS = ("default", "mg-fp32", "hf-fp32")
 SERVE_BATCHES = (1, 32)
 PEER_COLUMNS = {"vs MG fp32": "Model Garden", "vs HF PyTorch": "HF PyTorch"}
+# The training configurations by the system each one is (the picture's lines).
+SYSTEMS = {"default": "electra-tf", "mg-fp32": "Model Garden", "hf-fp32": "HF PyTorch"}
 
 
 def run_module(module: str, arguments: list[str], timeout: float) -> tuple[bool, str]:
@@ -62,7 +64,7 @@ def serve_at(seq: int, args: argparse.Namespace, workdir: str) -> dict[str, Any]
     out = os.path.join(workdir, f"serve_{seq}.json")
     arguments = ["--seq", str(seq), "--batches", ",".join(map(str, SERVE_BATCHES))]
     arguments += ["--calls", str(args.calls), "--min-calls", "1", "--warmup", str(args.warmup)]
-    arguments += ["--no-variants", "--no-ort", "--json", out]
+    arguments += ["--no-variants", "--no-ort", "--json", out, "--no-png"]
     if args.hf_python:
         arguments += ["--hf-python", args.hf_python]
     ok, output = run_module("bench_serve", arguments, args.timeout)
@@ -197,6 +199,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hf-python", default=bench_train.default_peer_python())
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--png", help="draw the curves here (default: beside --json, as .png)")
     return parser.parse_args(argv)
 
 
@@ -241,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratios > 1: the project is faster; attention: share of the busy time in QK^T, scale "
         "and mask, softmax, AV and dropout on the probabilities (TensorFlow profiler)"
     )
-    print(machine.header(peak, load_start, load_end))
+    header = machine.header(peak, load_start, load_end)
+    print(header)
     print(markdown(rows))
     print("\nThe project's ratio at the longest length against the shortest:")
     print("\n".join(verdicts(rows)))
@@ -251,7 +255,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rows": rows, "train_rows": train_rows, "peak": peak}, f, indent=2)
+    from electra_tf.evaluation import plots
+
+    png = plots.png_path(args.png, args.json)
+    if png:
+        draw(png, rows, train_rows, header)
+        print(f"picture: {png}")
     return 0
+
+
+def draw(
+    path: str, rows: Sequence[dict[str, Any]], train_rows: Sequence[dict[str, Any]], header: str
+) -> None:
+    """Cost against length (`plots.cost_vs_length`), a line per system: training time per
+    token (every training row of `SYSTEMS`), serving p50 at each batch (`curve_rows`' rows)."""
+    from electra_tf.evaluation import plots
+
+    training: dict[str, dict[int, float]] = {}
+    for row in train_rows:
+        if row["config"] in SYSTEMS and not row["failed"]:
+            by_seq = training.setdefault(SYSTEMS[row["config"]], {})
+            by_seq[row["seq"]] = 1e6 / row["tokens_per_s"]
+    panels = [("training step", "µs per token", training)]
+    for batch in SERVE_BATCHES:
+        serving = {
+            system: {row["seq"]: row["serve"][batch][key] for row in rows}
+            for system, key in (("electra-tf", "ours_ms"), ("HF PyTorch", "hf_ms"))
+        }
+        panels.append((f"serving `encode_ids`, batch {batch}", "p50 latency (ms)", serving))
+    plots.cost_vs_length(path, panels, header)
 
 
 if __name__ == "__main__":

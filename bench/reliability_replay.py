@@ -3,7 +3,7 @@
     make reliability        # = .venv/bin/python -m bench.reliability_replay
 
 Every case is a test (tests/test_reliability.py, test_reliability_inputs.py,
-test_checkpoint_recovery.py, and the serving cases of tests/test_export_models.py) that records what it expected and what it got before it asserts;
+test_reliability_export.py, test_checkpoint_recovery.py, and the serving cases of tests/test_export_models.py) that records what it expected and what it got before it asserts;
 this runs them and prints the table: item, case, expected, got, OK/BAD. A case whose test
 failed is BAD, as is a test that recorded nothing (its line says how it ended). Cases that
 need a tmpfs are listed as SKIP where the machine cannot mount one. Exit status: 0 when every
@@ -29,6 +29,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = [
     "tests/test_reliability.py",
     "tests/test_reliability_inputs.py",
+    "tests/test_reliability_export.py",
+    "tests/test_reliability_convert.py",
+    "tests/test_reliability_runs.py",
     "tests/test_checkpoint_recovery.py",
     "tests/test_export_models.py::test_bad_batches_are_refused_and_an_empty_batch_answers",
     "tests/test_export_models.py::test_export_json_lists_every_signature_input",

@@ -8,9 +8,11 @@ carries the process id, so workers writing the same path do not trample each oth
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -67,3 +69,38 @@ def replace_dir(new: str, path: str) -> None:
         shutil.rmtree(old)
     else:
         os.replace(new, path)
+
+
+def _matches(relative: str, pattern: str) -> bool:
+    parts, wanted = relative.split(os.sep), pattern.split("/")
+    return len(parts) == len(wanted) and all(map(fnmatch.fnmatchcase, parts, wanted))
+
+
+def unexpected_files(directory: str, patterns: Iterable[str]) -> list[str]:
+    """Everything below `directory` that is not a folder (files, links, a folder that cannot be
+    read) and matches none of `patterns`, as sorted paths relative to `directory`.
+
+    A pattern is a "/"-separated relative path whose parts are `fnmatch` patterns, so `*` never
+    crosses a folder ("ckpt-*.index" matches at the top only). A link is never followed: a
+    link to a folder is itself an entry, and what it points at is not the output's.
+    """
+    patterns = tuple(patterns)
+    found: list[str] = []
+
+    def unreadable(error: OSError) -> None:
+        found.append(os.path.relpath(error.filename, directory))
+
+    for root, dirs, files in os.walk(directory, onerror=unreadable):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        dirs[:] = [d for d in dirs if d not in links]
+        for name in files + links:
+            relative = os.path.relpath(os.path.join(root, name), directory)
+            if not any(_matches(relative, p) for p in patterns):
+                found.append(relative)
+    return sorted(found)
+
+
+def describe_files(names: list[str], shown: int = 4) -> str:
+    """ "a, b, c, d and 7 more": a few names of a list that may be long, and the count."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

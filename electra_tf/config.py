@@ -33,14 +33,35 @@ MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
 # fills this 2-core machine's cores with single-threaded kernels (docs/serving.md, thread
 # settings); `--query-blocks` changes it.
 DEFAULT_QUERY_BLOCKS = 2
+# Each group is its own ops in every layer, run by its own inter-op thread: more groups than
+# a server has cores cannot run side by side, and the graph (trace time, memory, the
+# SavedModel) grows with every group. 64 covers a 64-core server; `--query-blocks 100000`
+# traced for minutes past 11 GB before this bound.
+MAX_QUERY_BLOCKS = 64
 OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
 MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
 # The formats `init_checkpoint_format` may name (electra_tf.checkpoints.FORMATS, plus auto).
 INIT_CHECKPOINT_FORMATS = ("auto", "native", "original", "hf", "modelgarden", "kerashub")
+# The `precision` values of pre-training and fine-tuning ("auto": `device_defaults.auto_precision`).
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 
 
 class ConfigError(ValueError):
     """A bad configuration key or value; the message names the key."""
+
+
+def query_blocks_problem(value: Any) -> str | None:
+    """Why `value` cannot be a serving export's `query_blocks` (None when it can): an integer
+    in [1, MAX_QUERY_BLOCKS]. The export command, `ServingModule` and `serving.load` (reading
+    `export.json`) each name where the value came from."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{value!r} is not an integer"
+    if not 1 <= value <= MAX_QUERY_BLOCKS:
+        return (
+            f"{value} is outside [1, {MAX_QUERY_BLOCKS}] (one group per inter-op thread; "
+            "more groups than cores only grow the graph)"
+        )
+    return None
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -51,6 +72,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "dict": (dict,),
 }
 _TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def check_precision(precision: Any) -> None:
+    """`precision` is one of PRECISIONS; else a ConfigError naming the key and the values."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: {precision!r} is not {'/'.join(PRECISIONS)}")
 
 
 def check_types(config: Any) -> None:
@@ -437,10 +464,7 @@ class PretrainingConfig:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
             )
-        if self.precision not in ("auto", "float32", "mixed_bfloat16", "mixed_float16"):
-            raise ConfigError(
-                f"precision: {self.precision!r} is not auto/float32/mixed_bfloat16/mixed_float16"
-            )
+        check_precision(self.precision)
         if self.init_checkpoint_format not in INIT_CHECKPOINT_FORMATS:
             raise ConfigError(
                 f"init_checkpoint_format: {self.init_checkpoint_format!r} is not one of "

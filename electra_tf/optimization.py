@@ -450,3 +450,16 @@ def create_optimizer(
         lr_multipliers=multipliers,
         bias_correction=adam_bias_correction,
     )
+
+
+def for_precision(
+    optimizer: keras.optimizers.Optimizer, precision: str, initial_scale: float | None = None
+) -> keras.optimizers.Optimizer:
+    """`optimizer` for a run in `precision` (resolved, not "auto"): under mixed_float16 wrapped
+    in tf_keras's `LossScaleOptimizer` (dynamic loss scaling, starting at `initial_scale`, else
+    tf_keras's default 2^15), whose presence makes the pre-training and fine-tuning steps scale
+    the loss; under any other precision unchanged (bfloat16 has float32's exponent range)."""
+    if precision != "mixed_float16":
+        return optimizer
+    scale = {} if initial_scale is None else {"initial_scale": initial_scale}
+    return keras.mixed_precision.LossScaleOptimizer(optimizer, **scale)

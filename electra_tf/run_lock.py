@@ -14,20 +14,49 @@ systems; the host in the file is there so that a refusal can name a holder on an
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 
 class LockError(RuntimeError):
     """Another live process holds the lock (the message names it), or the directory cannot be
     written at all."""
+
+
+class Terminated(Exception):
+    """SIGTERM, raised inside `sigterm_raises()`. Python's default SIGTERM ends the process on
+    the spot: no `finally`, no `with` exit, so a lock file and scratch output stay behind
+    (`timeout`, `kill` and job schedulers all send SIGTERM)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside the block, SIGTERM raises `Terminated`, so the clean-up of the `with RunLock`
+    blocks and `finally`s it passes through runs on the way out; the caller reports the stop.
+    Off the main thread signals cannot be handled: the block runs unchanged."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: the caller handles its signals
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _describe(holder: dict[str, Any]) -> str:

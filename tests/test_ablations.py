@@ -315,9 +315,14 @@ def test_resuming_refuses_a_variant_with_other_variables(tmp_path):
     from electra_tf.checkpoints.training_state import check_resumable, write_run_config
 
     saved = write_run_config(tiny_config(objective_variant="electra"), str(tmp_path))
-    check_resumable(saved, tiny_config(objective_variant="electra_15"))  # same variables
+    # Same variables: another objective is refused only unless allowed (it changes what the
+    # run learns); other variables are refused even when allowed.
+    allowed = ("objective_variant",)
+    assert check_resumable(saved, tiny_config(objective_variant="electra_15"), allowed)
+    with pytest.raises(ConfigError, match="--allow-config-change objective_variant"):
+        check_resumable(saved, tiny_config(objective_variant="electra_15"))
     with pytest.raises(ConfigError, match="objective_variant: saved 'electra', now 'replace"):
-        check_resumable(saved, tiny_config(objective_variant="replace_mlm"))
+        check_resumable(saved, tiny_config(objective_variant="replace_mlm"), allowed)
 
 
 # ---------------------------------------------------------------------- training

@@ -118,15 +118,31 @@ def test_serving_ratios_against_every_peer():
     )
 
 
-def test_a_precision_the_export_does_not_have_is_reported_not_failed():
+def test_this_builds_precision_export_gets_its_row_and_an_older_one_is_skipped():
+    """The bfloat16 row comes from this build's export (`save_for_serving`'s `precision`),
+    every variant's options are ones it takes; a --baseline without the option is skipped."""
+    import inspect
+
+    from electra_tf.serving.kinds import save_for_serving
+
+    args = argparse.Namespace(no_variants=False, no_xla=False, precision="bfloat16")
+    variants, notes = bench_serve.export_variants(args, bench_serve.export_options())
+    assert notes == [] and variants["electra-tf, bfloat16"] == {"precision": "bfloat16"}
+    assert set(variants) == {
+        "electra-tf",
+        "electra-tf, query_blocks 1",
+        "electra-tf, jit_compile",
+        "electra-tf, bfloat16",
+    }
+    for options in variants.values():
+        inspect.signature(save_for_serving).bind(None, "out", "vocab.txt", 128, **options)
+    older = {"model", "output_dir", "vocab_file", "max_seq_length", "query_blocks"}
     args = argparse.Namespace(no_variants=True, no_xla=False, precision="bfloat16")
-    variants, notes = bench_serve.export_variants(args, {"query_blocks": None})
+    variants, notes = bench_serve.export_variants(args, older)
     assert variants == {"electra-tf": {}}
     assert notes == ["--precision bfloat16: skipped (this export has no precision option)"]
-    variants, notes = bench_serve.export_variants(args, {"precision": None})
-    assert variants["electra-tf, bfloat16"] == {"precision": "bfloat16"} and notes == []
     args = argparse.Namespace(no_variants=False, no_xla=True, precision=None)
-    assert list(bench_serve.export_variants(args, {"query_blocks": 1, "jit_compile": 1})[0]) == [
+    assert list(bench_serve.export_variants(args, {"query_blocks", "jit_compile"})[0]) == [
         "electra-tf",
         "electra-tf, query_blocks 1",
     ]

@@ -75,7 +75,8 @@ def test_a_baseline_without_the_package_is_refused(fake_workers, tmp_path, capsy
 def test_seq_lengths_at_a_fixed_number_of_tokens_per_batch(fake_workers, capsys, tmp_path):
     argv = ["--configs", "default,hf-fp32", "--seq-lengths", "128,256,512", "--no-extras"]
     argv += ["--tokens-per-batch", "4096", "--rounds", "1", "--hf-python", str(tmp_path)]
-    assert bench_train.main(argv) == 0
+    assert bench_train.main([*argv, "--json", str(tmp_path / "bench.json")]) == 0
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"  # beside the JSON
     shapes = [(c[0], c[2], c[3]) for c in fake_workers if c[0] != "--matmul-worker"]
     assert shapes == [
         (name, seq, batch)

@@ -176,15 +176,17 @@ def test_partial_kerashub_preset_is_a_clear_cli_error(tmp_path, capsys):
 
 def test_the_vocabulary_goes_with_the_weights(tmp_path, capsys):
     """vocab.txt beside the input (or --vocab-file) is written beside the converted weights."""
-    _tf1_checkpoint(tmp_path / "orig")
-    (tmp_path / "orig" / "vocab.txt").write_text("[PAD]\n[UNK]\nbeside\n")
-    (tmp_path / "other.txt").write_text("[PAD]\n[UNK]\ngiven\n")
+    _tf1_checkpoint(tmp_path / "orig")  # 50 embedding rows: vocabularies of 50 tokens
+    beside = "".join(f"beside{i}\n" for i in range(50))
+    given_text = "".join(f"given{i}\n" for i in range(50))
+    (tmp_path / "orig" / "vocab.txt").write_text(beside)
+    (tmp_path / "other.txt").write_text(given_text)
     args = ["--input", str(tmp_path / "orig")]
     assert convert.main(["--to", "original", *args, "--output", str(tmp_path / "o1")]) == 0
-    assert (tmp_path / "o1" / "vocab.txt").read_text() == "[PAD]\n[UNK]\nbeside\n"
+    assert (tmp_path / "o1" / "vocab.txt").read_text() == beside
     given = ["--vocab-file", str(tmp_path / "other.txt")]
     assert convert.main(["--to", "hf", *args, *given, "--output", str(tmp_path / "o2")]) == 0
-    assert (tmp_path / "o2" / "vocab.txt").read_text() == "[PAD]\n[UNK]\ngiven\n"
+    assert (tmp_path / "o2" / "vocab.txt").read_text() == given_text
     missing = ["--vocab-file", str(tmp_path / "nope.txt")]
     assert convert.main(["--to", "hf", *args, *missing, "--output", str(tmp_path / "o3")]) == 2
     assert "nope.txt" in capsys.readouterr().err and not (tmp_path / "o3").exists()

@@ -21,8 +21,9 @@ def test_defaults_equal_the_original():
     assert (c.beam_size, c.answerable_weight, c.qa_na_threshold) == (20, 0.5, -2.75)
     assert c.double_unordered and c.joint_prediction and c.answerable_classifier
     assert (c.num_trials, c.fix_layerwise_top_layer) == (1, False)
-    # Ours, off by default: the original reads [CLS] and has no Adam bias correction.
+    # Ours, off by default: the original reads [CLS], has no Adam bias correction, float32.
     assert (c.classifier_pooling, c.adam_bias_correction) == ("cls", False)
+    assert c.precision == "float32"
 
 
 @pytest.mark.parametrize(
@@ -79,6 +80,10 @@ def test_tasks_hparams_and_errors():
         finetuning_config("m", "d", {"classifier_pooling": "max"}, tasks="sst")
     mean = finetuning_config("m", "d", {"classifier_pooling": "mean"}, "sst")
     assert mean.classifier_pooling == "mean"
+    valid = "auto/float32/mixed_bfloat16/mixed_float16"
+    with pytest.raises(ConfigError, match=f"^precision: 'bfloat16' is not {valid}$"):
+        finetuning_config("m", "d", {"precision": "bfloat16"}, tasks="sst")
+    assert finetuning_config("m", "d", {"precision": "auto"}, "sst").precision == "auto"
 
 
 def test_paths_as_the_original(tmp_path):

@@ -179,7 +179,7 @@ class FakeTask:
     def __init__(self, name, head):
         self.name, self._head = name, head
 
-    def make_head(self):
+    def make_head(self, dtype=None):  # its head is built already, under float32
         return self._head
 
 
@@ -247,3 +247,41 @@ def test_electra_classifier_compiles_and_fits():
     history = model.fit(x, y, batch_size=8, epochs=8, verbose=0)
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert model.predict(x, verbose=0).shape == (16, 2)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_every_head_gives_float32_logits_and_losses_under_mixed_bfloat16(hidden, training):
+    # The layers compute in bfloat16 (the encoder's output dtype), every loss and every output
+    # a scorer reads is float32: the logits are cast before the softmax / cross-entropy.
+    policy = "mixed_bfloat16"
+    encoded = {"cls_output": tf.cast(hidden[:, 0], tf.bfloat16)}
+    encoded["sequence_output"] = tf.cast(hidden, tf.bfloat16)
+    mask = np.ones((B, L), np.int32)
+    cases = [
+        (
+            heads.ClassificationHead("sst", 2, dtype=policy),
+            {"sst_label_ids": np.zeros(B, np.int32)},
+        ),
+        (
+            heads.ClassificationHead("sst", 2, pooling="mean", dtype=policy),
+            {"sst_label_ids": np.zeros(B, np.int32), "input_mask": mask},
+        ),
+        (heads.RegressionHead("sts", dtype=policy), {"sts_targets": np.zeros(B, np.float32)}),
+        (
+            heads.TaggingHead("chunk", 4, dtype=policy),
+            {
+                "chunk_labeled_positions": np.zeros((B, L), np.int32),
+                "chunk_labels": np.zeros((B, L), np.int32),
+                "chunk_labels_mask": np.ones((B, L), np.float32),
+            },
+        ),
+        (heads.SpanQAHead("squad", beam_size=3, dtype=policy), qa_features()),
+    ]
+    for head, features in cases:
+        assert head.compute_dtype == "bfloat16", head.name
+        losses, outputs = head(encoded, features, training=training)
+        layers = [m for m in head.submodules if isinstance(m, keras.layers.Layer)]
+        assert {m.compute_dtype for m in layers} == {"bfloat16"}, head.name
+        floats = {k: v.dtype for k, v in outputs.items() if tf.is_tensor(v) and v.dtype.is_floating}
+        assert losses.dtype == tf.float32 and set(floats.values()) == {tf.float32}, floats
+        assert np.all(np.isfinite(losses.numpy())), head.name

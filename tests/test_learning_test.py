@@ -97,6 +97,33 @@ def test_summary_and_table():
     assert "0.850±0.071" in table and "0.300±0.000" in table
 
 
+def test_the_picture_is_redrawn_from_an_earlier_json(tmp_path, capsys):
+    """--from-json: no runs; the table again and the picture beside the file (or at --png)."""
+    record = {
+        "protocol": {"pretrain_seconds": 60.0, "budget_clock": "cpu", "pretraining_text": "language"},
+        "results": {"0": {"random": 0.5, "masked_lm": 0.9, "electra": 0.8},
+                    "1": {"random": 0.6, "masked_lm": 0.7, "electra": 0.9}},
+    }  # fmt: skip
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(record))
+    assert lt.main(["--from-json", str(earlier)]) == {
+        0: record["results"]["0"],
+        1: record["results"]["1"],
+    }
+    assert "0.850±0.071" in capsys.readouterr().out
+    assert (tmp_path / "earlier.png").read_bytes()[:4] == b"\x89PNG"
+    lt.main(["--from-json", str(earlier), "--png", str(tmp_path / "other.png")])
+    assert (tmp_path / "other.png").exists()
+    with pytest.raises(SystemExit):  # reading earlier results writes no new ones
+        lt.main(["--from-json", str(earlier), "--json", str(tmp_path / "new.json")])
+    del record["results"]["1"]["electra"]
+    earlier.write_text(json.dumps(record))
+    with pytest.raises(
+        SystemExit, match=r"earlier.json: not a learning-test record \(no 'results.1.electra'\)"
+    ):
+        lt.main(["--from-json", str(earlier)])
+
+
 def test_protocol_rejects_unknown_choices():
     with pytest.raises(ValueError, match="pretraining_text"):
         lt.Protocol(pretraining_text="noise")

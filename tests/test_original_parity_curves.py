@@ -224,6 +224,35 @@ def test_usage_errors(tmp_path):
     assert r.returncode == 2 and "mask_token_always" in r.stderr
 
 
+def test_report_only_redraws_finished_runs_without_the_original(tmp_path, capsys):
+    """--report-only reads the runs' JSONs and needs no mirror; the picture lands beside
+    --json."""
+    data = tmp_path / "data"
+    for folder in ("pretrain_tfrecords", "eval_tfrecords"):
+        (data / folder).mkdir(parents=True)
+    (data / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    steps = [0, 100, 200]
+    for side, shift in (("original", 0.0), ("project", 0.01)):
+        for seed in (1, 2):
+            values = {m: [1.0 + shift + 0.01 * seed + 0.1 * i for i in range(3)]
+                      for m in curves.METRICS + curves.EXTRA_METRICS}  # fmt: skip
+            run = {"side": side, "seed": seed, "steps": steps, "values": values,
+                   "cpu_seconds": 1.0, "mutation": None, "complete": True}  # fmt: skip
+            (runs / f"{side}_clean_seed{seed}.json").write_text(json.dumps(run))
+    out = tmp_path / "report" / "curves.json"
+    out.parent.mkdir()
+    argv = ["--mirror", "", "--data-dir", str(data), "--runs-dir", str(runs), "--report-only",
+            "--json", str(out)]  # fmt: skip
+    assert curves.main(argv) == 0
+    assert f"picture: {tmp_path / 'report' / 'curves.png'}" in capsys.readouterr().out
+    assert (tmp_path / "report" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(out.read_text())["verdict"].startswith("CURVES OK")
+    with pytest.raises(SystemExit, match="no project run under greedy_sampling among the runs"):
+        curves.main([*argv, "--also-mutation", "greedy_sampling"])
+
+
 # ---------------------------------------------------------------------------- the real thing
 def _tiny_data_dir(path, vocab_size=300):
     """vocab.txt in BERT's layout, 256 training and 128 evaluation records of length 128."""

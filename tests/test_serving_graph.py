@@ -193,7 +193,7 @@ def test_export_cli_takes_jit_compile_and_query_blocks(capsys):
     assert export.parse_args([*base, "--query-blocks", "3"]).query_blocks == 3
     with pytest.raises(SystemExit):
         export.parse_args([*base, "--query-blocks", "0"])
-    assert "--query-blocks: 0 must be >= 1" in capsys.readouterr().err
+    assert "--query-blocks: 0 is outside [1, 64]" in capsys.readouterr().err
 
 
 def test_query_blocks_give_the_plain_outputs_at_every_length(tmp_path):

@@ -148,3 +148,26 @@ def read_config_file(path: str) -> PretrainingConfig:
         raise ConfigError(f"{path}: cannot read a config ({e})") from e
     values = {k: v for k, v in values.items() if not k.startswith("_")}
     return replace_checked(PretrainingConfig(), values, where=path).resolve()
+
+
+def check_config_matches(
+    config_file: str, stated: Mapping[str, Any], weights_file: str, stored: Mapping[str, Any]
+) -> None:
+    """Raises CheckpointError when a config file states another value than its weights hold,
+    for any key that both give (layers, heads, widths, positions, vocabulary, segments).
+
+    A reader that builds the network from the config and then loads the weights (KerasHub's
+    `from_preset`, Model Garden's `BertEncoder(**encoder_config)`) would silently drop a layer
+    the config does not count, or fail deep inside with a shape error: the conversion stops
+    here instead, naming both values and both files.
+    """
+    differ = [
+        f"{key} {stated[key]!r} where the weights hold {stored[key]!r}"
+        for key in sorted(stored)
+        if stated.get(key) is not None and stated[key] != stored[key]  # None: derived
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{config_file} does not describe {weights_file}: {'; '.join(differ)} (correct "
+            "the config, or convert from a copy whose config matches its weights)"
+        )

@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from electra_tf.atomic_io import replace_dir
 from electra_tf.checkpoints import hf, kerashub, modelgarden
 from electra_tf.checkpoints.config_inference import config_from_models, infer_config
 from electra_tf.checkpoints.files import (
-    CONFIG_FILE,
     CheckpointError,
     open_checkpoint,
     resolve_prefix,
@@ -48,6 +44,7 @@ from electra_tf.checkpoints.native import (
     write_native_files,
 )
 from electra_tf.checkpoints.original import is_model_variable, read_original, write_original_files
+from electra_tf.checkpoints.output import VOCAB_FILE, check_apart, output_dir
 from electra_tf.checkpoints.weights import (
     LoadResult,
     SourceWeights,
@@ -58,7 +55,6 @@ from electra_tf.checkpoints.weights import (
 from electra_tf.config import ModelConfig, PretrainingConfig
 
 FORMATS = ("native", "original", "hf", "modelgarden", "kerashub")
-VOCAB_FILE = "vocab.txt"  # the tokenizer's vocabulary, copied beside every export but KerasHub's
 
 
 def detect_format(path: str) -> str:
@@ -152,45 +148,6 @@ def load_weights(
     return assign(model.variable_map(), source, where=type(model).__name__)
 
 
-def _written_by_us(entry: str) -> bool:
-    return (
-        entry in ("checkpoint", CONFIG_FILE, hf.DISCRIMINATOR, hf.GENERATOR, VOCAB_FILE)
-        or entry == modelgarden.ENCODER_CONFIG_FILE
-        or entry in kerashub.WRITTEN
-        or entry.endswith(".index")
-        or ".data-" in entry
-    )
-
-
-@contextmanager
-def _output_dir(path: str, overwrite: bool) -> Iterator[str]:
-    """A temporary sibling directory that replaces `path` only once fully written.
-
-    An existing `path` is replaced only with `overwrite`, and only if it holds nothing but
-    what an export writes, so a mistyped --output cannot wipe unrelated files.
-    """
-    path = os.path.abspath(path)
-    if os.path.exists(path):
-        if not overwrite:
-            raise CheckpointError(f"{path} exists; pass --overwrite to replace it")
-        if not os.path.isdir(path):
-            raise CheckpointError(f"{path} exists and is not a directory; not replacing it")
-        foreign = sorted(e for e in os.listdir(path) if not _written_by_us(e))
-        if foreign:
-            raise CheckpointError(
-                f"{path}: not replacing it, it holds files no export writes: {foreign}"
-            )
-    tmp = f"{path}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_dir(tmp, path)
-
-
 def save_weights(
     model,
     path: str,
@@ -210,7 +167,7 @@ def save_weights(
     _check_format(fmt, auto=False)
     if fmt in ("hf", "modelgarden", "kerashub") and not isinstance(config, PretrainingConfig):
         raise CheckpointError(f"a {fmt} export needs the model's PretrainingConfig (config=...)")
-    with _output_dir(path, overwrite) as tmp:
+    with output_dir(path, fmt, overwrite) as tmp:
         if fmt == "native":
             write_native_files(model, tmp, config, global_step)
         else:
@@ -296,6 +253,7 @@ def write_weights(
     as a native checkpoint of that kind; or (original/hf only) a generator on its own.
     `vocab_file`: the tokenizer's vocabulary, written with the weights (see `_write_foreign`)."""
     _check_format(fmt, auto=False)
+    check_apart(source.path, path)
     kind, model = check_complete(source)
     if fmt == "native":
         if model is None:
@@ -304,7 +262,7 @@ def write_weights(
                 "convert it to original or hf, or add the discriminator"
             )
         assign(model.variable_map(), source, where=kind)
-    with _output_dir(path, overwrite) as tmp:
+    with output_dir(path, fmt, overwrite) as tmp:
         if fmt == "native":
             write_native_files(model, tmp, source.config, source.global_step)
             if vocab_file is not None:

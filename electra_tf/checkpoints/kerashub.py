@@ -50,14 +50,15 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from electra_tf.checkpoints import safetensors_io
-from electra_tf.checkpoints.config_inference import config_from_models
-from electra_tf.checkpoints.files import CheckpointError
+from electra_tf.checkpoints.config_inference import check_config_matches, config_from_models
+from electra_tf.checkpoints.files import CheckpointError, first_line
 from electra_tf.checkpoints.modelgarden import (
     HEADS,
     HEADS_OUT,
@@ -77,7 +78,6 @@ VOCAB_PATH = os.path.join("assets", "tokenizer", "vocabulary.txt")
 HEADS_FILE = "electra_heads.safetensors"
 GENERATOR = "generator"
 BACKBONE = "keras_hub>ElectraBackbone"
-WRITTEN = (PRESET_CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, METADATA_FILE, "assets", HEADS_FILE)
 _LOG = logging.getLogger(__name__)
 
 _EMBEDDINGS = {
@@ -289,10 +289,63 @@ def _import_keras_hub():
     return keras_hub
 
 
+# config.json key -> (weights file dataset under `layers/`, axis) that holds the same number.
+_STORED = {
+    "vocab_size": ("reversible_embedding/vars/0", 0),
+    "embedding_dim": ("reversible_embedding/vars/0", 1),
+    "max_sequence_length": ("position_embedding/vars/0", 0),
+    "num_segments": ("embedding/vars/0", 0),
+    "hidden_dim": ("transformer_encoder/_self_attention_layer/query_dense/vars/0", 0),
+    "num_heads": ("transformer_encoder/_self_attention_layer/query_dense/vars/0", 1),
+    "intermediate_dim": ("transformer_encoder/_feedforward_intermediate_dense/vars/0", 1),
+}
+
+
+def stored_dims(weights_file: str) -> dict[str, int]:
+    """The sizes a preset's `model.weights.h5` holds, by config.json key (`num_layers`: its
+    transformer blocks, which KerasHub's saver names transformer_encoder, _1, _2, ...). Keys
+    whose tensors are not where this layout keeps them are left out; an unreadable file gives
+    {} (KerasHub's own loader then says what is wrong)."""
+    import h5py  # a dependency of Keras
+
+    dims: dict[str, int] = {}
+    try:
+        with h5py.File(weights_file, "r") as f:
+            layers = f.get("layers")
+            if not isinstance(layers, h5py.Group):
+                return dims
+            blocks = [n for n in layers if re.fullmatch(r"transformer_encoder(_\d+)?", n)]
+            if blocks:
+                dims["num_layers"] = len(blocks)
+            for key, (dataset, axis) in _STORED.items():
+                value = layers.get(dataset)
+                if isinstance(value, h5py.Dataset) and len(value.shape) > axis:
+                    dims[key] = int(value.shape[axis])
+    except OSError:
+        return {}
+    return dims
+
+
+def _check_stored(path: str) -> None:
+    """config.json against the sizes of the weights file beside it (see `check_config_matches`):
+    KerasHub's loader builds the backbone from config.json, so a layer it does not count would
+    be dropped without a word."""
+    weights_file = os.path.join(path, WEIGHTS_FILE)
+    if not os.path.isfile(weights_file):  # a sharded preset: KerasHub's loader checks it
+        return
+    config_file = os.path.join(path, PRESET_CONFIG_FILE)
+    stated = _json(config_file).get("config", {})
+    check_config_matches(config_file, stated, weights_file, stored_dims(weights_file))
+
+
 def _backbone_weights(path: str, scope: str) -> dict[str, np.ndarray]:
     """Loads the preset with KerasHub and reads its weights by original name."""
     keras_hub = _import_keras_hub()
-    backbone = keras_hub.models.ElectraBackbone.from_preset(path)
+    _check_stored(path)
+    try:
+        backbone = keras_hub.models.ElectraBackbone.from_preset(path)
+    except (ValueError, OSError) as e:  # what the check above cannot see: still one line
+        raise CheckpointError(f"{path}: KerasHub cannot load this preset ({first_line(e)})") from e
     by_path = {w.path: w for w in backbone.weights}
     config = model_config(path)
     rows = backbone_table(

@@ -67,7 +67,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.checkpoints.config_inference import config_from_models
+from electra_tf.checkpoints.config_inference import check_config_matches, config_from_models
 from electra_tf.checkpoints.files import (
     CHECKPOINT_PREFIX,
     CheckpointError,
@@ -320,18 +320,37 @@ def _read_encoder(
     return {name: from_modelgarden(graph.tensor(path), layout) for name, path, layout in rows}
 
 
-def _encoder_settings(folder: str) -> dict:
-    """ModelConfig fields that no shape records (dropout, initializer), from the
-    encoder_config.json beside a checkpoint if there is one; a network ELECTRA does not have
-    (pre-LN) is an error."""
+def _encoder_config(folder: str) -> tuple[str, dict]:
+    """The encoder_config.json beside a checkpoint (its path, its values; {} without one)."""
     path = os.path.join(folder, ENCODER_CONFIG_FILE)
     if not os.path.isfile(path):
-        return {}
+        return path, {}
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not a readable JSON config ({e})") from e
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path}: not a JSON object of BertEncoder arguments")
+    return path, values
+
+
+# encoder_config.json keys that the checkpoint's shapes also give.
+_SHAPED = (
+    "vocab_size", "hidden_size", "num_layers", "num_attention_heads", "max_sequence_length",
+    "type_vocab_size", "inner_dim", "embedding_width",
+)  # fmt: skip
+
+
+def _encoder_settings(folder: str, shaped: ModelConfig, prefix: str) -> dict:
+    """ModelConfig fields that no shape records (dropout, initializer), from the
+    encoder_config.json beside a checkpoint if there is one; a network ELECTRA does not have
+    (pre-LN), or sizes other than the checkpoint's (`shaped`), are an error."""
+    path, values = _encoder_config(folder)
+    if not values:
+        return {}
+    stored = encoder_kwargs(shaped)
+    check_config_matches(path, values, prefix, {key: stored[key] for key in _SHAPED})
     if values.get("norm_first"):
         raise CheckpointError(f"{path}: norm_first true (pre-LN); ELECTRA's network is post-LN")
     activation = values.get("inner_activation", "gelu")
@@ -361,7 +380,7 @@ def read_modelgarden(path: str, config: PretrainingConfig | None = None) -> Sour
     graph = _ObjectGraph(prefix)
     root = _discriminator_root(graph)
     disc, disc_projection = _encoder_shape(graph, root)
-    disc = dataclasses.replace(disc, **_encoder_settings(folder))
+    disc = dataclasses.replace(disc, **_encoder_settings(folder, disc, prefix))
     weights = _read_encoder(graph, "electra", root, disc, disc_projection)
     heads = {**_DISCRIMINATOR_HEAD, **_GENERATOR_HEAD}
     weights.update({n: graph.tensor(p) for n, p in heads.items() if graph.key(p) is not None})
@@ -373,6 +392,9 @@ def read_modelgarden(path: str, config: PretrainingConfig | None = None) -> Sour
         shared_network = graph.key(f"{GENERATOR_ROOT}/{query}") == graph.key(f"{root}/{query}")
         if not shared_network:
             gen, gen_projection = _encoder_shape(graph, GENERATOR_ROOT)
+            # generator/encoder_config.json, if any, is only checked: the generator's
+            # settings have always been taken from the discriminator's
+            _encoder_settings(os.path.join(folder, GENERATOR), gen, prefix)
             gen_weights = _read_encoder(graph, "generator", GENERATOR_ROOT, gen, gen_projection)
             untied = _untie(weights, gen_weights, graph, root, prefix)
             weights.update(gen_weights)

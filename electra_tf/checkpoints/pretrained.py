@@ -17,6 +17,7 @@ from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig
+from electra_tf.data.tokenization import VocabError, id_count, load_vocab
 
 VOCAB_FILE = "vocab.txt"  # beside a shipped model's weights (`pretrained/<name>/vocab.txt`)
 
@@ -88,6 +89,40 @@ def find_vocab(path: str, fmt: str) -> str | None:
         return kerashub.vocab_file(folder)
     vocab = os.path.join(folder, VOCAB_FILE)
     return vocab if os.path.isfile(vocab) else None
+
+
+def embedding_rows(source: SourceWeights) -> int:
+    """The rows of the (discriminator's, else the generator's) word embedding table: the ids a
+    vocabulary for these weights must span."""
+    for name in ("electra/embeddings/word_embeddings", "generator/embeddings/word_embeddings"):
+        if name in source.weights:
+            return int(source.weights[name].shape[0])
+    return source.config.vocab_size
+
+
+def check_vocab_rows(
+    vocab_file: str, rows: int, model: str, required: tuple[str, ...] = (), padded: bool = False
+) -> None:
+    """Raises CheckpointError when `vocab_file` is not a vocabulary (binary, empty, a token
+    repeated, one of `required` missing) or spans another number of ids than `model`'s
+    `rows` embedding rows: ids past the table fail in a gather, and a table with rows no token
+    reaches is a vocabulary of another model. `padded` accepts fewer ids than rows (a table
+    padded on purpose, `vocab_size` set above the vocabulary's size)."""
+    try:
+        size = id_count(load_vocab(vocab_file, required))
+    except VocabError as e:
+        raise CheckpointError(str(e)) from None
+    if size == rows or (padded and size < rows):
+        return
+    hint = (
+        "; pass --vocab-padding if the extra rows are deliberate padding"
+        if size < rows and not padded
+        else ""
+    )
+    raise CheckpointError(
+        f"vocabulary {vocab_file} has {size} entries but {model} has {rows} embedding rows: "
+        f"give the vocabulary these weights were trained with (--vocab-file){hint}"
+    )
 
 
 def saved_config(*places: str) -> PretrainingConfig | None:

@@ -19,102 +19,22 @@ between its two index writes left entries naming deleted files.)
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import glob
-import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from typing import Any, TextIO
 
 import tensorflow as tf
 
 from electra_tf.checkpoints.files import CHECKPOINT_PREFIX, CONFIG_FILE, write_state_file
 from electra_tf.checkpoints.recovery import checkpoint_problem, damage_error, resume_point
-from electra_tf.config import MASKED_LM_VARIANTS, ConfigError, PretrainingConfig, save_config
+from electra_tf.checkpoints.resume_check import check_resumable  # noqa: F401 - re-exported
+from electra_tf.config import PretrainingConfig, save_config
 
 # A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
 _CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)?$")
-
-# Settings that change the checkpoint's variables or their shapes. Resuming with a different
-# value would fail deep inside the restore, or worse, silently restore into a different model.
-SHAPE_KEYS = (
-    "model_size",
-    "model_hparam_overrides",
-    "embedding_size",
-    "vocab_size",
-    "max_seq_length",
-    "electra_objective",
-    "uniform_generator",
-    "two_tower_generator",
-    "untied_generator_embeddings",
-    "untied_generator",
-    "generator_layers",
-    "generator_hidden_size",
-    "objective_variant",
-)
-
-
-def _uses_loss_scale(config: PretrainingConfig) -> bool:
-    # A LossScaleOptimizer wraps the optimizer: its checkpoint has a different structure.
-    return config.precision == "mixed_float16"
-
-
-def _shape_signature(config: PretrainingConfig) -> dict[str, Any]:
-    return {
-        "discriminator": config.discriminator_config().to_dict(),
-        "generator": config.generator_config().to_dict(),
-        "electra_objective": config.electra_objective,
-        "uniform_generator": config.uniform_generator,
-        "two_tower_generator": config.two_tower_generator,
-        "untied_generator_embeddings": config.untied_generator_embeddings,
-        "loss_scaling": _uses_loss_scale(config),
-        # The masked-LM variants swap the replaced-token head for their own heads ("electra"
-        # and "electra_15" have the same variables: no difference here).
-        "masked_lm_variant": (
-            config.objective_variant if config.objective_variant in MASKED_LM_VARIANTS else None
-        ),
-    }
-
-
-def config_from_saved(values: Mapping[str, Any], where: str) -> PretrainingConfig:
-    """A saved config.json back into a PretrainingConfig (keys we no longer know are ignored)."""
-    known = {f.name for f in dataclasses.fields(PretrainingConfig)}
-    try:
-        return dataclasses.replace(
-            PretrainingConfig(), **{k: v for k, v in values.items() if k in known}
-        ).resolve()
-    except (TypeError, ConfigError) as e:
-        raise ConfigError(f"{where}: not a valid pre-training config ({e})") from e
-
-
-def check_resumable(saved_path: str, config: PretrainingConfig) -> None:
-    """Raises ConfigError listing every shape-relevant difference from the saved config."""
-    try:
-        with open(saved_path, encoding="utf-8") as f:
-            saved_values = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{saved_path}: cannot read the saved run config ({e})") from e
-    saved = config_from_saved(saved_values, saved_path)
-    if _shape_signature(saved) == _shape_signature(config):
-        return
-    lines = [
-        f"  {key}: saved {getattr(saved, key)!r}, now {getattr(config, key)!r}"
-        for key in SHAPE_KEYS
-        if getattr(saved, key) != getattr(config, key)
-    ]
-    if _uses_loss_scale(saved) != _uses_loss_scale(config):
-        lines.append(f"  precision: saved {saved.precision!r}, now {config.precision!r}")
-    if not lines:  # e.g. a different vocab size picked up from a different vocab file
-        lines = [f"  derived model config: saved {_shape_signature(saved)}"]
-    raise ConfigError(
-        f"{os.path.dirname(saved_path)} holds checkpoints of a differently shaped model; "
-        "refusing to resume. Differences:\n"
-        + "\n".join(lines)
-        + "\nUse another model_name / model_dir, or the saved settings."
-    )
 
 
 def kept_checkpoints(model_dir: str) -> list[str]:

@@ -6,10 +6,14 @@ Hugging Face safetensors folders, Model Garden checkpoints and KerasHub presets.
 
 `--from auto` (the default) detects the input format. `--dry-run` prints every
 "source name [shape] -> target name [shape]" line and writes nothing. An existing output is
-replaced only with `--overwrite`. The name maps live in `electra_tf/checkpoints/hf.py`,
+replaced only with `--overwrite`, and only when it holds nothing but what an export to that
+format writes; an output that is (or holds, or sits in) the input, or a link, is refused, and a
+second conversion to one output is refused while the first holds its lock
+(`electra_tf/checkpoints/output.py`). The name maps live in `electra_tf/checkpoints/hf.py`,
 `modelgarden.py` and `kerashub.py`, and in each model's `variable_map()` (native); see
 docs/checkpoints.md. The tokenizer's vocabulary (`--vocab-file`, else the one found with the
-input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt.
+input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt;
+its ids must match the embedding rows (`--vocab-padding`: or be fewer).
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the vocabulary to write with the weights (a KerasHub preset's tokenizer, vocab.txt "
         "elsewhere); default: the one with the input (vocab.txt beside it, a KerasHub preset's "
         "own, a native run's vocab_file), if any",
+    )
+    parser.add_argument(
+        "--vocab-padding",
+        action="store_true",
+        help="accept a vocabulary with fewer entries than the model's embedding rows (a table "
+        "padded on purpose); any other difference in size is an error",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the mapping, write nothing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
@@ -137,19 +147,26 @@ def _dry_run(source, dst: str) -> None:
 
 def _vocab_file(args: argparse.Namespace, source) -> str | None:
     """--vocab-file, else the vocabulary that came with the input (a native run's config names
-    its own), else None."""
+    its own), else None; checked against the weights' embedding rows (and, for a KerasHub
+    tokenizer, for the special tokens it needs) before anything is written."""
     import os
 
-    from electra_tf.checkpoints.pretrained import find_vocab
+    from electra_tf.checkpoints.pretrained import check_vocab_rows, embedding_rows, find_vocab
+    from electra_tf.data.tokenization import SPECIAL_TOKENS
 
     if args.vocab_file:
         if not os.path.isfile(args.vocab_file):
             raise FileNotFoundError(f"--vocab-file {args.vocab_file}: no such file")
-        return args.vocab_file
-    found = find_vocab(args.input, source.fmt)
+        found = args.vocab_file
+    else:
+        found = find_vocab(args.input, source.fmt)
     if found is None and source.fmt == "native":
         recorded = source.config.resolved_vocab_file()
         found = recorded if os.path.isfile(recorded) else None
+    if found is not None:
+        required = SPECIAL_TOKENS if args.dst == "kerashub" else ()
+        model = f"{source.path} ({source.fmt})"
+        check_vocab_rows(found, embedding_rows(source), model, required, args.vocab_padding)
     return found
 
 
@@ -168,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.checkpoints.files import first_line
     from electra_tf.checkpoints.hf import HFFormatError
     from electra_tf.checkpoints.safetensors_io import SafetensorsError
+    from electra_tf.run_lock import LockError
 
     try:
         config: PretrainingConfig | None = None
@@ -187,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         HFFormatError,
         SafetensorsError,
-        FileNotFoundError,
+        LockError,
+        OSError,  # a read-only or full disk while writing: the message names the path
     ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

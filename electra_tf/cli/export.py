@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from electra_tf.config import DEFAULT_QUERY_BLOCKS
+from electra_tf.config import DEFAULT_QUERY_BLOCKS, MAX_QUERY_BLOCKS, query_blocks_problem
 
 if TYPE_CHECKING:
     from electra_tf.checkpoints import SourceWeights
@@ -68,8 +69,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         default=DEFAULT_QUERY_BLOCKS,
         help="groups of positions the encoder runs side by side, as independent ops (default "
-        f"{DEFAULT_QUERY_BLOCKS}; 1 = one group; best with inter-op threads >= this and "
-        "intra-op threads 1; ignored with --jit-compile)",
+        f"{DEFAULT_QUERY_BLOCKS}; 1 = one group, at most {MAX_QUERY_BLOCKS}; best with "
+        "inter-op threads >= this and intra-op threads 1; ignored with --jit-compile)",
     )
     parser.add_argument(
         "--precision",
@@ -85,11 +86,33 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "DIR --vocab-file DIR/vocab.txt",
     )
     args = parser.parse_args(argv)
-    if args.query_blocks < 1:
-        parser.error(f"--query-blocks: {args.query_blocks} must be >= 1")
+    check_arguments(parser, args)
+    return args
+
+
+# TF Serving reads a version directory's name as an int64.
+MAX_VERSION = 2**63 - 1
+# [CLS], one token, [SEP]; the upper bound is the model's position table (`kinds.check_length`).
+MIN_SEQ_LENGTH = 3
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Bounds that need no model: each a one-line usage error (exit 2) naming the flag."""
+    problem = query_blocks_problem(args.query_blocks)
+    if problem:
+        parser.error(f"--query-blocks: {problem}")
+    if args.version is not None and not 0 <= args.version <= MAX_VERSION:
+        parser.error(
+            f"--version {args.version}: TF Serving versions are integers in [0, {MAX_VERSION}] "
+            "(int64)"
+        )
+    if args.max_seq_length is not None and args.max_seq_length < MIN_SEQ_LENGTH:
+        parser.error(
+            f"--max-seq-length {args.max_seq_length}: must be at least {MIN_SEQ_LENGTH} "
+            "([CLS], a token, [SEP]) and at most the model's max_position_embeddings"
+        )
     if args.pretrained and args.task:
         parser.error("--pretrained exports a pre-trained model; --task a fine-tuned one")
-    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from electra_tf.tf_startup import start_tensorflow
 
     start_tensorflow()
-    from electra_tf.run_lock import LockError, RunLock
+    from electra_tf.run_lock import LockError, RunLock, Terminated, sigterm_raises
     from electra_tf.serving.precision import check_precision
     from electra_tf.serving.saved_model import ExportError
 
@@ -112,11 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
     names = [f"{args.model_name}_{k}" for k in ((args.task,) if args.task else kinds)]
     try:
-        with RunLock(output_dir, ".export.lock", "export output directory"):
+        # SIGTERM as an exception: the lock and a half-written version are cleaned up on the
+        # way out (the default SIGTERM left the lock file behind).
+        with sigterm_raises(), RunLock(output_dir, ".export.lock", "export output directory"):
             return _export(args, model_dir, output_dir, names, kinds)
     except (ExportError, ValueError, OSError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+        print(
+            f"stopped ({signal.Signals(signum).name}): versions written before the stop are "
+            f"whole, the one under way was removed; {output_dir} is unlocked",
+            file=sys.stderr,
+        )
+        return 128 + signum
 
 
 def _export(

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    failures = (DataError, FileExistsError, FileNotFoundError, ConfigError, CheckpointError)
+    failures = (DataError, FileExistsError, FileNotFoundError, CheckpointError)
     failures += (VocabError,)
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             config.resolved_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
         ):
             run_finetuning(config, pretrained)
-    except LockError as e:
+    except (LockError, ConfigError) as e:  # a setting the data or the model refutes: input
         print(f"error: {e}", file=sys.stderr)
         return 2
     except failures as e:

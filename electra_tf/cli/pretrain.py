@@ -2,15 +2,18 @@
 
     python -m electra_tf.pretrain --data-dir DATA --model-name NAME [--preset small]
         [--hparams '{"num_train_steps": 1000}' | --hparams my_hparams.json]
+        [--allow-config-change KEY[,KEY]]
 
 Config: dataclass defaults -> `configs/<preset>.json` -> `--hparams` -> derived values.
 `do_train` (default) trains and resumes from the model dir's latest checkpoint; `do_eval`
-evaluates the latest checkpoint (`--all-checkpoints`: every kept one, oldest first).
+evaluates the latest checkpoint (`--all-checkpoints`: every kept one, oldest first). A resume
+refuses settings that change the model, its data or its objective (`--allow-config-change`
+lets named ones through; docs/configuration.md).
 
-Exit codes: 0 done; 2 bad configuration or input (hparams, vocabulary, TFRecords), a model
-dir in use by another run or not writable; 1 the disk filled up (the partial checkpoint is
-removed, the previous one kept); 128 + signal when stopped by SIGINT (130) or SIGTERM (143)
-after saving a checkpoint at the step reached.
+Exit codes: 0 done; 2 bad configuration or input (hparams, vocabulary, TFRecords, TF_CONFIG,
+workers that disagree, a refused resume), a model dir in use by another run or not writable;
+1 the disk filled up (the partial checkpoint is removed, the previous one kept); 128 + signal
+when stopped by SIGINT (130) or SIGTERM (143) after saving a checkpoint at the step reached.
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--hparams", default="{}", help="JSON object, or a path to a .json file, of overrides"
+    )
+    parser.add_argument(
+        "--allow-config-change",
+        default="",
+        metavar="KEY[,KEY]",
+        help="resume with new values of these settings although they change the run's data "
+        "or objective (e.g. train_batch_size,max_seq_length); see docs/configuration.md",
     )
     parser.add_argument(
         "--all-checkpoints",
@@ -100,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from electra_tf.runs.pretraining_model import TrainingDiverged
 
     try:
-        return _run(config, machine, args.all_checkpoints)
+        allowed = [key.strip() for key in args.allow_config_change.split(",") if key.strip()]
+        return _run(config, machine, args.all_checkpoints, allowed)
     except (ConfigError, FileNotFoundError, InputDataError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -109,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _run(config: PretrainingConfig, machine: Machine, all_checkpoints: bool) -> int:
+def _run(
+    config: PretrainingConfig, machine: Machine, all_checkpoints: bool, allowed: list[str]
+) -> int:
     """Starts TensorFlow (thread pools, then the strategy, then its context) and trains or
     evaluates; the exit code."""
     from electra_tf.runs.pretraining import evaluate, train
@@ -120,7 +133,7 @@ def _run(config: PretrainingConfig, machine: Machine, all_checkpoints: bool) -> 
         config.intra_op_threads, config.inter_op_threads, lambda: build_strategy(config)
     )
     if config.do_train:
-        result = train(config, machine=machine, strategy=strategy)
+        result = train(config, machine=machine, strategy=strategy, allow_changes=allowed)
         return 128 + result.interrupted_by if result.interrupted_by else 0
     prefixes = [None]
     if all_checkpoints:

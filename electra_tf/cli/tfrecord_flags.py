@@ -9,7 +9,7 @@ import sys
 from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
 from electra_tf.data.tokenization import VocabError
-from electra_tf.run_lock import LockError
+from electra_tf.run_lock import LockError, Terminated, sigterm_raises
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -91,38 +91,23 @@ def options_from_flags(
     )
 
 
-class _Terminated(Exception):
-    """SIGTERM, turned into an exception so the build's clean-up (staging folder, workers,
-    lock) runs on the way out instead of leaving them for the next build."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated()
-
-
 def run_build(options: BuildOptions) -> int:
     """Runs the build; a bad input, vocabulary or output directory is one line and exit 2.
     SIGTERM and Ctrl-C stop it cleanly: the previous output stays whole, nothing is left."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    except ValueError:  # not the main thread: the caller handles its signals
-        previous = None
-    try:
-        stats = build_pretraining_tfrecords(options)
+        with sigterm_raises():
+            stats = build_pretraining_tfrecords(options)
     except (CorpusError, VocabError, FileExistsError, ValueError, LockError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (_Terminated, KeyboardInterrupt) as stop:
-        signum = signal.SIGTERM if isinstance(stop, _Terminated) else signal.SIGINT
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
         print(
             f"stopped ({signal.Signals(signum).name}): {options.output_dir} is as it was "
             "before this build",
             file=sys.stderr,
         )
         return 128 + signum
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     print(stats.summary())
     print(f"wrote {options.output_dir}")
     return 0

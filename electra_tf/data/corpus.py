@@ -7,7 +7,8 @@ Lines are split on "\\n" only, as the original's `GFile` iteration did.
 
 Bad bytes never stop a build: non-UTF-8 sequences become U+FFFD (which the tokenizer drops, as
 the original's `_clean_text`) and are counted; empty files and binary files (a NUL byte in the
-first 8 KiB) are skipped and reported by name.
+first 8 KiB) are skipped and reported by name, as are FIFOs, devices, broken links and a
+build's own output files (`scan_corpus`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import gzip
 import io
 import lzma
 import os
+import stat
 import tarfile
 from collections.abc import Iterator
+from re import Pattern
 from typing import IO
 
 _SNIFF_BYTES = 8192
@@ -51,33 +54,87 @@ def _is_tar(path: str) -> bool:
         return False
 
 
-def list_inputs(corpus_dir: str, exclude: str | None = None) -> list[CorpusInput]:
-    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path, outside the
-    folder `exclude` (a build's output folder placed inside its corpus: its own records and
-    summary are not text to read on the next build)."""
+@dataclasses.dataclass
+class CorpusScan:
+    """A corpus directory's inputs, and the entries left out with their reasons
+    ("name: reason"), which a build lists among its skipped files."""
+
+    inputs: list[CorpusInput]
+    skipped: list[str]
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(path: str) -> str | None:
+    """Why `path` (followed if a link) is not a file to read, or None. `stat` only: a FIFO is
+    never opened, so the listing cannot block on one."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        return f"{'a broken link' if os.path.islink(path) else 'unreadable'} ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a file")
+    return f"not a regular file ({kind})"
+
+
+def scan_corpus(
+    corpus_dir: str, output_dir: str | None = None, output_name: Pattern[str] | None = None
+) -> CorpusScan:
+    """Every regular, non-hidden file under `corpus_dir`, sorted by relative path; links are
+    followed to files, not to folders.
+
+    A build's own outputs are never read as text: the folder `output_dir` where it lies
+    inside the corpus, and any file whose name `output_name` matches (a build into the corpus
+    folder itself, or an earlier build's folder inside it). Those, FIFOs, devices, broken
+    links and linked folders are listed in `skipped` with the reason; hidden entries are
+    left out silently."""
     if not os.path.isdir(corpus_dir):
         raise CorpusError(f"corpus directory not found: {corpus_dir}")
-    skip = os.path.realpath(exclude) if exclude else None
-    found = []
+    top = os.path.abspath(corpus_dir)
+    output = os.path.realpath(output_dir) if output_dir else None
+    found, skipped = [], []
     for root, dirs, files in os.walk(corpus_dir):
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if not d.startswith(".") and os.path.realpath(os.path.join(root, d)) != skip
-        )
+        kept = []
+        for d in sorted(d for d in dirs if not d.startswith(".")):
+            path = os.path.join(root, d)
+            name = os.path.relpath(path, top).replace(os.sep, "/")
+            if os.path.realpath(path) == output:
+                skipped.append(f"{name}/: the build's output folder")
+            elif os.path.islink(path):
+                skipped.append(f"{name}/: a link to a folder (not followed)")
+            else:
+                kept.append(d)
+        dirs[:] = kept
         for fname in sorted(files):
-            if fname.startswith("."):
-                continue
             path = os.path.abspath(os.path.join(root, fname))
-            if not os.path.isfile(path):
+            name = os.path.relpath(path, top).replace(os.sep, "/")
+            if output_name is not None and output_name.match(fname):
+                reason = "a TFRecord build's own output, not text"
+            elif fname.startswith("."):
                 continue
-            name = os.path.relpath(path, os.path.abspath(corpus_dir)).replace(os.sep, "/")
+            else:
+                reason = _not_regular(path)
+            if reason:
+                skipped.append(f"{name}: {reason}")
+                continue
             maybe_tar = fname.endswith((".tar", ".tgz", ".txz", ".gz", ".xz", ".bz2"))
             found.append(
                 CorpusInput(path, name, os.path.getsize(path), maybe_tar and _is_tar(path))
             )
     found.sort(key=lambda item: item.name)
-    return found
+    return CorpusScan(found, sorted(skipped))
+
+
+def list_inputs(corpus_dir: str) -> list[CorpusInput]:
+    """The inputs of `scan_corpus(corpus_dir)` (the vocabulary learner's reading)."""
+    return scan_corpus(corpus_dir).inputs
 
 
 def _decompressed(raw: IO[bytes], name: str) -> IO[bytes]:

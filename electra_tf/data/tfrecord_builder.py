@@ -42,8 +42,9 @@ from electra_tf.atomic_io import write_json
 from electra_tf.data.corpus import (
     CorpusError,
     CorpusInput,
+    CorpusScan,
     iter_text_files,
-    list_inputs,
+    scan_corpus,
 )
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
@@ -59,6 +60,15 @@ SWAP_RECORD = ".swap-in.json"  # the files of a swap-in under way, for finishing
 _STAGING_PREFIX = ".staging-"
 LOCK_FILE = ".build.lock"
 MIN_SEQ_LENGTH = 5  # [CLS] + two segments of at least one token + two [SEP]s
+# Every example is padded to max_seq_length, and a model reads at most its position table:
+# the shipped configs' tables hold 512 positions (`max(512, max_seq_length)` in config.py),
+# and attention's memory grows with the square of the length. Past this, a build writes
+# padding no model trains on (100,000 wrote 35 MB of it from 40 KB of text).
+MAX_SEQ_LENGTH = 4096
+# A build's own outputs (records, summary, lock, swap record): never read back as corpus text.
+_OWN_OUTPUTS = re.compile(
+    f"{_OUR_FILES.pattern}|^{re.escape(LOCK_FILE)}$|^{re.escape(SWAP_RECORD)}$"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,23 +350,28 @@ class _Progress:
         print(("\r" if self.tty else "") + line, end=end, file=sys.stderr, flush=True)
 
 
-def check_options(options: BuildOptions) -> list[CorpusInput]:
+def check_options(options: BuildOptions) -> CorpusScan:
     """Every check that needs no output: options, vocabulary, inputs, the output directory.
-    Returns the inputs. Nothing is written before this passes."""
+    Returns the corpus's inputs and the entries skipped. Nothing is written before this
+    passes."""
     if options.num_processes < 1:
         raise ValueError(f"num_processes must be >= 1, got {options.num_processes}")
     if options.num_out_files < 1:
         raise ValueError(f"num_out_files must be >= 1, got {options.num_out_files}")
-    if options.max_seq_length < MIN_SEQ_LENGTH:
+    if not MIN_SEQ_LENGTH <= options.max_seq_length <= MAX_SEQ_LENGTH:
         raise ValueError(
-            f"max_seq_length must be at least {MIN_SEQ_LENGTH}, got {options.max_seq_length}"
+            f"max_seq_length {options.max_seq_length}: must be in [{MIN_SEQ_LENGTH}, "
+            f"{MAX_SEQ_LENGTH}]: every example is padded to it, and the shipped configs' "
+            "models read at most 512 positions"
         )
     load_vocab(options.vocab_file)  # fail before any work if a special token is missing
-    inputs = list_inputs(options.corpus_dir, exclude=options.output_dir)
-    if not inputs:
-        raise CorpusError(f"no files in corpus directory {options.corpus_dir}")
+    # Output in (or equal to) the corpus folder: its records and summary are skipped, listed.
+    scan = scan_corpus(options.corpus_dir, options.output_dir, _OWN_OUTPUTS)
+    if not scan.inputs:
+        skipped = f" (skipped: {', '.join(scan.skipped[:5])})" if scan.skipped else ""
+        raise CorpusError(f"no files to read in corpus directory {options.corpus_dir}{skipped}")
     check_output_dir(options.output_dir, options.overwrite)
-    return inputs
+    return scan
 
 
 def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
@@ -365,7 +380,8 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
     Everything is checked before the output is touched; the build runs in a staging folder
     inside the output directory (under the directory's lock, `electra_tf.run_lock`) and is
     swapped in at the end, so a failed or interrupted build leaves the previous one whole."""
-    inputs = check_options(options)
+    scan = check_options(options)
+    inputs = scan.inputs
     random.Random(options.seed).shuffle(inputs)  # the original shuffled its files too
     with RunLock(options.output_dir, LOCK_FILE, "output directory"):
         if complete_swap_in(options.output_dir):
@@ -379,6 +395,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
         staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=options.output_dir)
         try:
             stats = _build(options, inputs, staging)
+            stats.skipped[:0] = scan.skipped
             if stats.examples == 0:
                 skipped = f" (skipped: {', '.join(stats.skipped[:5])})" if stats.skipped else ""
                 raise CorpusError(

@@ -16,6 +16,9 @@ root (with this package importable) as modules:
   whose word clusters only context reveals, pre-trained with ELECTRA and the masked LM at equal
   CPU time, then fine-tuned on a few hundred labels against a random initialisation.
 
+`plots` draws the measuring commands' pictures (the learning test's here, and those of
+`tools/original_parity/curves.py` and the benchmarks), importing matplotlib only when drawing.
+
 Every fine-tuning and pre-training run is the project's own `python -m electra_tf.finetune` /
 `python -m electra_tf.pretrain`, so the figures are what a user of those commands gets.
 """

@@ -49,6 +49,7 @@ mates (every arm near 0.5); 8 topics are too few for a random model's held-out s
 chance (0.38-0.69 over seeds).
 
     python -m electra_tf.evaluation.learning_test [--seeds 3] [--minutes 1] [--json out.json]
+        [--png out.png (default: beside --json)] [--from-json earlier.json (no runs: redraw)]
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+from electra_tf.atomic_io import write_json  # noqa: E402
 from electra_tf.config import ModelConfig, pretraining_config  # noqa: E402
+from electra_tf.evaluation import plots  # noqa: E402
 from electra_tf.finetuning.heads import ClassificationHead, pooled_output  # noqa: E402
 from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
@@ -81,6 +84,9 @@ OBJECTIVES = ("electra", "masked_lm")
 PARTS = ("all", "labelled", "held_out")
 TEXTS = ("language", "shuffled")
 COLUMNS = ("random", "masked_lm", "electra")
+COLUMN_LABELS = (("random", "random init"), ("masked_lm", "BERT masked LM"), ("electra", "ELECTRA"))
+# The task's labels are balanced (half the topics are 1), so guessing scores 0.5.
+CHANCE = 0.5
 MARGINS = (("electra", "random"), ("masked_lm", "random"), ("electra", "masked_lm"))
 
 
@@ -462,8 +468,7 @@ def format_table(results: dict[int, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
-    """The command: runs the protocol over seeds, prints the table, writes --json."""
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
     parser.add_argument(
@@ -485,31 +490,95 @@ def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
         help="the control: pre-train on the same words shuffled across sequences",
     )
     parser.add_argument("--json", help="write the per-seed results and the summary here")
+    parser.add_argument(
+        "--png",
+        help="draw the per-seed accuracies here (default: beside --json or --from-json, .png)",
+    )
+    parser.add_argument(
+        "--from-json",
+        help="no runs: the table and the picture from the results of an earlier --json",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.minutes <= 0:
         parser.error("--seeds must be >= 1 and --minutes > 0")
-    protocol = Protocol(
-        pretrain_seconds=60 * args.minutes,
-        budget_clock=args.clock,
-        n_labelled=args.labelled,
-        pretraining_text="shuffled" if args.shuffled_text else "language",
-    )
-    start_wall, start_cpu = time.perf_counter(), time.process_time()
-    results = {seed: run_seed(protocol, seed) for seed in range(args.seeds)}
-    print(f"held-out accuracy ({args.minutes:g} {args.clock} minutes of pre-training each):")
-    print(format_table(results))
-    wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"{wall:.0f} s wall, {cpu:.0f} s CPU in all")
-    if args.json:
+    if args.from_json and args.json:
+        parser.error("--from-json reads earlier results, --json writes a new run's: give one")
+    return args
+
+
+def read_record(path: str) -> dict[str, Any]:
+    """An earlier --json's record, its seeds back to ints; SystemExit naming what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"ERROR: --from-json {path}: {e}") from None
+    try:
+        for key in ("pretrain_seconds", "budget_clock", "pretraining_text"):
+            if key not in record["protocol"]:
+                raise KeyError(f"protocol.{key}")
+        results = {}
+        for seed, result in record["results"].items():
+            if not seed.isdigit():
+                raise KeyError(f"results.{seed} (a seed is a number)")
+            missing = [c for c in COLUMNS if c not in result]
+            if missing:
+                raise KeyError(f"results.{seed}.{missing[0]}")
+            results[int(seed)] = result
+    except (KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(
+            f"ERROR: --from-json {path}: not a learning-test record (no {e})"
+        ) from None
+    return {**record, "results": results}
+
+
+def draw(path: str, record: dict[str, Any]) -> None:
+    """The per-seed accuracies of `record` (as --json writes it) as a PNG."""
+    protocol = record["protocol"]
+    title = f"Learning test: held-out accuracy, {len(record['results'])} seed(s)"
+    if protocol["pretrain_seconds"]:
+        clock = protocol["budget_clock"].replace("cpu", "CPU")
+        minutes = protocol["pretrain_seconds"] / 60
+        title += f", {minutes:g} {clock} minute(s) of pre-training per objective"
+    if protocol["pretraining_text"] == "shuffled":
+        title += " (control: pre-training text shuffled)"
+    plots.per_seed_accuracy(path, record["results"], COLUMN_LABELS, CHANCE, title)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
+    """The command: runs the protocol over seeds (or reads --from-json), prints the table,
+    writes --json and the picture."""
+    args = parse_args(argv)
+    if args.from_json:
+        record = read_record(args.from_json)
+        results = record["results"]
+        print(format_table(results))
+    else:
+        protocol = Protocol(
+            pretrain_seconds=60 * args.minutes,
+            budget_clock=args.clock,
+            n_labelled=args.labelled,
+            pretraining_text="shuffled" if args.shuffled_text else "language",
+        )
+        start_wall, start_cpu = time.perf_counter(), time.process_time()
+        results = {seed: run_seed(protocol, seed) for seed in range(args.seeds)}
+        print(f"held-out accuracy ({args.minutes:g} {args.clock} minutes of pre-training each):")
+        print(format_table(results))
+        wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
+        print(f"{wall:.0f} s wall, {cpu:.0f} s CPU in all")
         record = {
             "protocol": dataclasses.asdict(protocol),
-            "results": {str(seed): result for seed, result in results.items()},
+            "results": results,
             "summary": {k: {"mean": m, "sd": s} for k, (m, s) in summary(results).items()},
             "wall_seconds": wall,
             "cpu_seconds": cpu,
         }
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2)
+        if args.json:
+            write_json(args.json, record, indent=2)
+    png = plots.png_path(args.png, args.json, args.from_json)
+    if png:
+        draw(png, record)
+        print(f"picture: {png}")
     return results
 
 

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
 from electra_tf.atomic_io import write_json
 from electra_tf.config import (
     INIT_CHECKPOINT_FORMATS,
@@ -24,6 +25,7 @@ from electra_tf.config import (
     ModelConfig,
     PretrainingConfig,
     check_model_overrides,
+    check_precision,
     check_ranges,
     check_types,
     parse_hparams,
@@ -144,6 +146,11 @@ class FinetuningConfig:
     seed: int = 0  # trial t uses seed + t - 1
     log_every_steps: int = 0  # console/TensorBoard period; 0 -> min(iterations_per_loop, 100)
     overwrite: bool = False  # allow replacing existing fine-tuned model dirs
+    # The dtype policy of the encoder and heads, as pre-training's `precision`: float32 (the
+    # original's), mixed_bfloat16, mixed_float16 (with dynamic loss scaling) or "auto",
+    # resolved by resolve(machine) (electra_tf/device_defaults.py: on a CPU mixed_bfloat16
+    # where it has bfloat16 units, else float32). Variables, logits and losses stay float32.
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         """`task_names` as a tuple, from a list or a comma-separated string."""
@@ -195,6 +202,7 @@ class FinetuningConfig:
         check_model_overrides(self.model_hparam_overrides, "model_hparam_overrides")
         if self.max_seq_length < 8:
             raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
+        check_precision(self.precision)
         if self.classifier_pooling not in ("cls", "mean"):
             raise ConfigError(
                 f"classifier_pooling: {self.classifier_pooling!r} is not one of ['cls', 'mean']"
@@ -202,6 +210,15 @@ class FinetuningConfig:
         return self
 
     # ------------------------------------------------------------------ derived values
+    def resolve(self, machine: device_defaults.Machine | None = None) -> FinetuningConfig:
+        """Itself with `precision` "auto" chosen for `machine` (`device_defaults.probe_machine()`,
+        which a run calls once), as `PretrainingConfig.resolve` chooses it; without a machine,
+        for `device_defaults.PORTABLE` (float32). Pure and idempotent."""
+        if self.precision != "auto":
+            return self
+        machine = device_defaults.PORTABLE if machine is None else machine
+        return dataclasses.replace(self, precision=device_defaults.auto_precision(machine))
+
     def model_config(self) -> ModelConfig:
         """The encoder config, as the original's `get_bert_config` (+ its debug sizes)."""
         overrides = dict(self.model_hparam_overrides)

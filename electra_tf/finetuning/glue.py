@@ -196,9 +196,9 @@ class ClassificationTask(SentenceTask):
     def feature_specs(self) -> list[FeatureSpec]:
         return [FeatureSpec(f"{self.name}_eid", ()), FeatureSpec(f"{self.name}_label_ids", ())]
 
-    def make_head(self) -> heads.ClassificationHead:
+    def make_head(self, dtype: Any = None) -> heads.ClassificationHead:
         return heads.ClassificationHead(
-            self.name, len(self.label_list), pooling=self.config.classifier_pooling
+            self.name, len(self.label_list), pooling=self.config.classifier_pooling, dtype=dtype
         )
 
     def get_scorer(self, split: str = "dev") -> scorers.Scorer:
@@ -234,8 +234,8 @@ class RegressionTask(SentenceTask):
             FeatureSpec(f"{self.name}_targets", (), is_int=False),
         ]
 
-    def make_head(self) -> heads.RegressionHead:
-        return heads.RegressionHead(self.name)
+    def make_head(self, dtype: Any = None) -> heads.RegressionHead:
+        return heads.RegressionHead(self.name, dtype=dtype)
 
     def get_scorer(self, split: str = "dev") -> scorers.Scorer:
         return scorers.RegressionScorer()

@@ -4,6 +4,11 @@ Every head is called as `head(encoder_outputs, features, training)` and returns
 `(per_example_losses [batch], outputs)`; the model sums the losses over the batch. Dense layers
 use Glorot-uniform kernels and zero biases (the `tf.layers.dense` defaults) and are named as the
 original's auto-named `tf.layers` so `variable_map()` gives `task_specific/<task>/dense/kernel`.
+
+Precision: a head's layers take its dtype policy (`dtype`, a Keras layer argument; None: the
+global policy), the fine-tuning model's. Under a mixed policy the dense layers compute in 16 bits
+and their logits are cast to float32 before any softmax, cross-entropy or squared error, as the
+pre-training heads' are: every loss and every output a scorer reads is float32.
 """
 
 from __future__ import annotations
@@ -14,14 +19,20 @@ import tf_keras as keras
 from electra_tf.modeling.dropout import Dropout
 
 
-def _dense(units: int, name: str, activation=None) -> keras.layers.Dense:
+def _dense(units: int, name: str, activation=None, dtype=None) -> keras.layers.Dense:
     return keras.layers.Dense(
         units,
         activation=activation,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         name=name,
+        dtype=dtype,
     )
+
+
+def _float32(x: tf.Tensor) -> tf.Tensor:
+    """Logits in float32 before a softmax or a loss (no op under float32)."""
+    return tf.cast(x, tf.float32)
 
 
 def _gelu(x: tf.Tensor) -> tf.Tensor:
@@ -40,6 +51,10 @@ class _Head(keras.layers.Layer):
     def _add(self, layer: keras.layers.Dense) -> keras.layers.Dense:
         self._named[layer.name] = layer
         return layer
+
+    def _dense(self, units: int, name: str, activation=None) -> keras.layers.Dense:
+        """A named dense layer of this head, under the head's dtype policy."""
+        return self._add(_dense(units, name, activation, dtype=self.dtype_policy))
 
     def variable_map(self) -> dict[str, tf.Variable]:
         scope = f"task_specific/{self.task_name}"
@@ -63,7 +78,8 @@ def pooled_output(encoder_outputs, features, pooling: str) -> tf.Tensor:
         return encoder_outputs["cls_output"]
     if pooling != "mean":
         raise ValueError(f"pooling: {pooling!r} is not one of {list(POOLINGS)}")
-    sequence = encoder_outputs["sequence_output"]  # [B, L, H]
+    # Summed in float32 under a mixed policy too: a 16-bit sum of L terms loses up to L roundings.
+    sequence = _float32(encoder_outputs["sequence_output"])  # [B, L, H]
     mask = tf.cast(features["input_mask"], sequence.dtype)[:, :, None]  # [B, L, 1]
     total = tf.reduce_sum(sequence * mask, axis=1)  # [B, H]
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
@@ -92,11 +108,12 @@ class ClassificationHead(_Head):
             raise ValueError(f"pooling: {pooling!r} is not one of {list(POOLINGS)}")
         self.num_labels = num_labels
         self.pooling = pooling
-        self.dropout = Dropout(dropout_rate)
-        self.dense = self._add(_dense(num_labels, "dense"))
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dense = self._dense(num_labels, "dense")
 
     def logits(self, cls_output: tf.Tensor, training: bool = False) -> tf.Tensor:
-        return self.dense(self.dropout(cls_output, training=training))
+        """float32 logits [B, C] of the sentence vectors [B, H]."""
+        return _float32(self.dense(self.dropout(cls_output, training=training)))
 
     def call(self, encoder_outputs, features, training=False):
         logits = self.logits(pooled_output(encoder_outputs, features, self.pooling), training)
@@ -120,12 +137,12 @@ class RegressionHead(_Head):
 
     def __init__(self, task_name: str, dropout_rate: float = 0.1, **kwargs):
         super().__init__(task_name, **kwargs)
-        self.dropout = Dropout(dropout_rate)
-        self.dense = self._add(_dense(1, "dense"))
+        self.dropout = Dropout(dropout_rate, dtype=self.dtype_policy)
+        self.dense = self._dense(1, "dense")
 
     def call(self, encoder_outputs, features, training=False):
         reprs = self.dropout(encoder_outputs["cls_output"], training=training)
-        predictions = tf.squeeze(self.dense(reprs), -1)  # [B]
+        predictions = _float32(tf.squeeze(self.dense(reprs), -1))  # [B]
         targets = tf.cast(features[f"{self.task_name}_targets"], predictions.dtype)
         losses = tf.square(predictions - targets)
         return losses, {"loss": losses, "predictions": predictions, "targets": targets}
@@ -141,13 +158,13 @@ class TaggingHead(_Head):
     def __init__(self, task_name: str, num_classes: int, **kwargs):
         super().__init__(task_name, **kwargs)
         self.num_classes = num_classes
-        self.dense = self._add(_dense(num_classes, "dense"))
+        self.dense = self._dense(num_classes, "dense")
 
     def call(self, encoder_outputs, features, training=False):
         sequence = encoder_outputs["sequence_output"]  # [B, L, H]
         positions = features[f"{self.task_name}_labeled_positions"]  # [B, P]
         reprs = tf.gather(sequence, positions, batch_dims=1)  # [B, P, H]
-        logits = self.dense(reprs)  # [B, P, C]
+        logits = _float32(self.dense(reprs))  # [B, P, C]
         labels = features[f"{self.task_name}_labels"]
         mask = tf.cast(features[f"{self.task_name}_labels_mask"], logits.dtype)
         token_losses = tf.nn.softmax_cross_entropy_with_logits(
@@ -193,31 +210,30 @@ class SpanQAHead(_Head):
         self.answerable_uses_start_logits = answerable_uses_start_logits
         self.answerable_weight = answerable_weight
         # Creation order reproduces tf.layers' auto-numbering: dense, [qa_hidden], dense_1, ...
-        self.start_dense = self._add(_dense(1, "dense"))
+        self.start_dense = self._dense(1, "dense")
         if joint_prediction:
-            self.qa_hidden = self._add(_dense(512, "qa_hidden", _gelu))
-        self.end_dense = self._add(_dense(1, "dense_1"))
+            self.qa_hidden = self._dense(512, "qa_hidden", _gelu)
+        self.end_dense = self._dense(1, "dense_1")
         next_index = 2
         if answerable_classifier:
             if answerable_uses_start_logits:
-                self.answer_hidden = self._add(_dense(512, f"dense_{next_index}", _gelu))
+                self.answer_hidden = self._dense(512, f"dense_{next_index}", _gelu)
                 next_index += 1
-            self.answer_dense = self._add(_dense(1, f"dense_{next_index}"))
+            self.answer_dense = self._dense(1, f"dense_{next_index}")
 
     def call(self, encoder_outputs, features, training=False):
         name = self.task_name
-        hidden = encoder_outputs["sequence_output"]  # [B, L, H]
+        hidden = encoder_outputs["sequence_output"]  # [B, L, H], the compute dtype
         seq_length = tf.shape(hidden)[1]
-        dtype = hidden.dtype
-        answer_mask = tf.cast(features["input_mask"], dtype) * tf.cast(
-            features["segment_ids"], dtype
+        answer_mask = tf.cast(features["input_mask"], tf.float32) * tf.cast(
+            features["segment_ids"], tf.float32
         )
-        answer_mask += tf.one_hot(0, seq_length, dtype=dtype)  # [B, L]: context + [CLS]
-        mask_penalty = 1000.0 * (answer_mask - 1.0)
+        answer_mask += tf.one_hot(0, seq_length, dtype=tf.float32)  # [B, L]: context + [CLS]
+        mask_penalty = 1000.0 * (answer_mask - 1.0)  # float32, as every logit below
         start_positions = features[f"{name}_start_positions"]
         end_positions = features[f"{name}_end_positions"]
 
-        start_logits = tf.squeeze(self.start_dense(hidden), -1)  # [B, L]
+        start_logits = _float32(tf.squeeze(self.start_dense(hidden), -1))  # [B, L]
         outputs = {}
         if self.joint_prediction:
             start_logits += mask_penalty
@@ -235,7 +251,7 @@ class SpanQAHead(_Head):
                 outputs.update(end_top_log_probs=end_top_log_probs, end_top_index=end_top_index)
             outputs.update(start_top_log_probs=start_top_log_probs, start_top_index=start_top_index)
         else:
-            end_logits = tf.squeeze(self.end_dense(hidden), -1) + mask_penalty
+            end_logits = _float32(tf.squeeze(self.end_dense(hidden), -1)) + mask_penalty
             start_logits += mask_penalty
 
         def cross_entropy(logits, positions):
@@ -269,7 +285,7 @@ class SpanQAHead(_Head):
         end_logits = tf.squeeze(
             self.end_dense(self.qa_hidden(tf.concat([start_h, hidden], -1))), -1
         )  # [B, L]
-        return end_logits + mask_penalty
+        return _float32(end_logits) + mask_penalty
 
     def _beam_ends(self, hidden, start_top_index, mask_penalty, k):
         """Inference: the top `k` ends for each of the top `k` starts, log-probs and indices
@@ -281,14 +297,15 @@ class SpanQAHead(_Head):
         beam_end_logits = tf.squeeze(
             self.end_dense(self.qa_hidden(tf.concat([start_h, end_h], -1))), -1
         )  # [B, K, L]
-        beam_end_logits += mask_penalty[:, None, :]
+        beam_end_logits = _float32(beam_end_logits) + mask_penalty[:, None, :]
         return tf.math.top_k(tf.nn.log_softmax(beam_end_logits), k=k)  # [B, K, K]
 
     def _answerable_logit(self, hidden, start_logits):
         """[B]: from [CLS], and (answerable_uses_start_logits) the start-weighted hidden state."""
         reprs = hidden[:, 0]  # [B, H]
         if self.answerable_uses_start_logits:
-            start_p = tf.nn.softmax(start_logits)  # [B, L]
-            start_feature = tf.reduce_sum(start_p[:, :, None] * hidden, axis=1)  # [B, H]
-            reprs = self.answer_hidden(tf.concat([reprs, start_feature], -1))
-        return tf.squeeze(self.answer_dense(reprs), -1)  # [B]
+            start_p = tf.nn.softmax(start_logits)  # [B, L], float32
+            # The weighted sum in float32 (L terms); the dense layers cast back to their dtype.
+            start_feature = tf.reduce_sum(start_p[:, :, None] * _float32(hidden), axis=1)
+            reprs = self.answer_hidden(tf.concat([_float32(reprs), start_feature], -1))
+        return _float32(tf.squeeze(self.answer_dense(reprs), -1))  # [B]

@@ -5,6 +5,11 @@
 `sum(stack(task_losses, -1) * one_hot(task_id, n_tasks))`: a SUM over the batch, where each
 example contributes only its own task's loss and padding examples (`task_id == n_tasks`) get an
 all-zero one-hot and contribute nothing.
+
+Under a mixed precision policy (`FinetuningConfig.precision`, passed as the model's `dtype`) the
+encoder and heads compute in 16 bits with float32 variables, the losses are float32 (the heads
+cast their logits), and `train_step` scales the loss when the optimizer is a
+`LossScaleOptimizer` (mixed_float16), as the pre-training step does (`pretraining.gradients`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class FinetuningModel(keras.Model):
         model_config: the encoder config (the pre-trained discriminator's).
         tasks: the tasks, in `task_names` order (their index is their `task_id`).
         feature_specs: every feature of a batch (to build the heads with a dummy batch).
+        dtype (keyword): the dtype policy of the encoder and every head, e.g. "mixed_bfloat16"
+            (None: Keras' global policy, which the bfloat16 export sets).
 
     Call: `model(features, training)` -> `(per_example_loss [B], outputs)`, `outputs[task]` the
     task head's dict and `outputs["task_id"]` [B].
@@ -52,8 +59,8 @@ class FinetuningModel(keras.Model):
         super().__init__(**kwargs)
         self.model_config = model_config
         self.task_names = [t.name for t in tasks]
-        self.encoder = TransformerEncoder(model_config, name="electra")
-        self.task_heads = [t.make_head() for t in tasks]
+        self.encoder = TransformerEncoder(model_config, name="electra", dtype=self.dtype_policy)
+        self.task_heads = [t.make_head(dtype=self.dtype_policy) for t in tasks]
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self(dummy_features(feature_specs), training=False)
 
@@ -69,13 +76,23 @@ class FinetuningModel(keras.Model):
         return per_example, outputs
 
     def train_step(self, data):
+        """One update; returns the running mean loss and the batch's real `tokens` (the
+        progress line's tok/s)."""
+        optimizer = self.optimizer
+        # float16 gradients would underflow unscaled: the scale multiplies the loss before the
+        # backward pass and is divided out of the gradients after (dynamic, as tf_keras's).
+        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             per_example, _ = self(data, training=True)
             loss = tf.reduce_sum(per_example)
-        grads = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
+            scaled = optimizer.get_scaled_loss(loss) if scaling else loss
+        grads = tape.gradient(scaled, self.trainable_variables)
+        if scaling:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
         self.loss_tracker.update_state(loss)
-        return {"loss": self.loss_tracker.result()}
+        tokens = tf.reduce_sum(tf.cast(data["input_mask"], tf.int64))
+        return {"loss": self.loss_tracker.result(), "tokens": tokens}
 
     def test_step(self, data):
         per_example, _ = self(data, training=False)

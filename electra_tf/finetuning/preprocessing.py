@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import tensorflow as tf
 
 from electra_tf.atomic_io import write_json
+from electra_tf.config import ConfigError
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import FeatureSpec, Task, shared_feature_specs
 
@@ -135,7 +137,16 @@ class Preprocessor:
 
     def prepare_train(self) -> tuple[tf.data.Dataset, int]:
         path, n = self.serialize(self.tasks, "train", True)
-        steps = int(n // self.config.train_batch_size * self.config.num_train_epochs)
+        batches = n // self.config.train_batch_size  # n is padded to whole batches
+        steps = int(batches * self.config.num_train_epochs)
+        if steps < 1:
+            epochs = math.ceil(100 / max(batches, 1)) / 100
+            raise ConfigError(
+                f"num_train_epochs {self.config.num_train_epochs:g} gives 0 training steps: "
+                f"the train split is {batches} batch(es) of train_batch_size "
+                f"{self.config.train_batch_size} per epoch ({n} examples with padding); set "
+                f"num_train_epochs to at least {epochs:g} or lower train_batch_size"
+            )
         return self.dataset(path, True), steps
 
     def prepare_predict(self, tasks: list[Task], split: str) -> tuple[tf.data.Dataset, int]:

@@ -240,7 +240,7 @@ class QATask(Task):
             features.append(feature)
         return features
 
-    def make_head(self) -> heads.SpanQAHead:
+    def make_head(self, dtype: Any = None) -> heads.SpanQAHead:
         c = self.config
         return heads.SpanQAHead(
             self.name,
@@ -249,6 +249,7 @@ class QATask(Task):
             answerable_classifier=c.answerable_classifier,
             answerable_uses_start_logits=c.answerable_uses_start_logits,
             answerable_weight=c.answerable_weight,
+            dtype=dtype,
         )
 
     def get_scorer(self, split: str = "dev"):

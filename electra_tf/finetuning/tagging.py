@@ -147,8 +147,8 @@ class TaggingTask(Task):
             FeatureSpec(f"{self.name}_labeled_positions", (length,)),
         ]
 
-    def make_head(self) -> heads.TaggingHead:
-        return heads.TaggingHead(self.name, len(self.label_mapping()))
+    def make_head(self, dtype: Any = None) -> heads.TaggingHead:
+        return heads.TaggingHead(self.name, len(self.label_mapping()), dtype=dtype)
 
     def get_scorer(self, split: str = "dev") -> scorers.Scorer:
         return scorers.EntityLevelF1Scorer(self.label_mapping())

@@ -70,9 +70,10 @@ class Task(abc.ABC):
         """This task's own features (`<task>_*`)."""
 
     @abc.abstractmethod
-    def make_head(self) -> keras.layers.Layer:
+    def make_head(self, dtype: Any = None) -> keras.layers.Layer:
         """The prediction head: `head(encoder_outputs, features, training) -> (losses [B],
-        outputs dict)`, with `variable_map()` keyed `task_specific/<task>/...`."""
+        outputs dict)`, with `variable_map()` keyed `task_specific/<task>/...`; `dtype`: its
+        dtype policy (the model's; None: Keras' global policy), float32 losses under any."""
 
     @abc.abstractmethod
     def get_scorer(self, split: str = "dev") -> Any:

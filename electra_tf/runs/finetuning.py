@@ -8,10 +8,11 @@ Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import statistics
-import time
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,7 +24,8 @@ from electra_tf.atomic_io import write_json, write_text
 from electra_tf.checkpoints import PretrainedModel, SourceWeights
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ConfigError, ModelConfig, parse_hparams
-from electra_tf.data.tokenization import id_count, load_vocab
+from electra_tf.data.tokenization import VocabError, id_count, load_vocab
+from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
@@ -39,59 +41,14 @@ from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
+from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
+from electra_tf.runs.pretraining_model import current_learning_rate
+from electra_tf.runs.progress import FitProgress, ProgressReporter
 
 
 def log(*args: Any) -> None:
     """A console line, flushed at once (runs are watched live, often through a pipe)."""
     print(*args, flush=True)
-
-
-class ProgressLogger(keras.callbacks.Callback):
-    """Console line (loss, steps/s, ETA) and TensorBoard scalars every `every` steps."""
-
-    def __init__(
-        self,
-        total_steps: int,
-        every: int,
-        logdir: str | None,
-        optimizer: keras.optimizers.Optimizer,
-    ) -> None:
-        """`logdir`: where the TensorBoard scalars go (None: console only)."""
-        super().__init__()
-        self.total, self.every, self.opt = total_steps, max(1, every), optimizer
-        self.writer = tf.summary.create_file_writer(logdir) if logdir else None
-        self.step = 0
-        self.start = self.last_time = None
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        """Counts the step; every `every` steps (and at the last) logs loss, lr, rate, ETA."""
-        self.step += 1
-        now = time.time()
-        if self.start is None:
-            self.start = self.last_time = now
-            self.last_step = self.step
-        if self.step % self.every and self.step != self.total:
-            return
-        loss = float((logs or {}).get("loss", float("nan")))
-        elapsed = max(now - self.last_time, 1e-9)
-        rate = (self.step - self.last_step) / elapsed if self.step > self.last_step else 0.0
-        eta = (self.total - self.step) / rate if rate else float("nan")
-        lr = (
-            float(self.opt.learning_rate(self.opt.iterations))
-            if callable(self.opt.learning_rate)
-            else float(self.opt.learning_rate)
-        )
-        log(
-            f"step {self.step}/{self.total}  loss {loss:.4f}  lr {lr:.3g}  "
-            f"{rate:.2f} steps/s  ETA {eta / 60:.1f} min"
-        )
-        if self.writer:
-            with self.writer.as_default(step=self.step):
-                tf.summary.scalar("loss", loss)
-                tf.summary.scalar("learning_rate", lr)
-                tf.summary.scalar("steps_per_sec", rate)
-            self.writer.flush()
-        self.last_time, self.last_step = now, self.step
 
 
 # Encoder settings that do not change the weights' meaning: the fine-tuning config's win.
@@ -132,6 +89,8 @@ def prepare_finetuning(
         tasks,
         checkpoint_config=pretrained.config if pretrained else None,
     )
+    if pretrained:  # before anything is written: the command's usage error (exit 2)
+        check_positions(config, pretrained.config.discriminator_config())
     return config, pretrained
 
 
@@ -189,18 +148,26 @@ def resolve_encoder(
         **{name: getattr(finetuning, name) for name in FINETUNING_MODEL_FIELDS},
     )
     check_model_size(config, model_config)
-    if model_config.max_position_embeddings < config.max_seq_length:
-        raise ValueError(
-            f"max_seq_length {config.max_seq_length} exceeds the checkpoint's "
-            f"max_position_embeddings {model_config.max_position_embeddings}"
-        )
+    check_positions(config, model_config)
     return model_config, source
+
+
+def check_positions(config: FinetuningConfig, model_config: ModelConfig) -> None:
+    """`max_seq_length` must fit the init checkpoint's position table: a ConfigError naming
+    both (it was a raw ValueError traceback from inside the run)."""
+    if config.max_seq_length > model_config.max_position_embeddings:
+        raise ConfigError(
+            f"max_seq_length {config.max_seq_length} exceeds the max_position_embeddings "
+            f"{model_config.max_position_embeddings} of {config.resolved_init_checkpoint()}: "
+            f"set max_seq_length to at most {model_config.max_position_embeddings}"
+        )
 
 
 def check_vocab_fits(
     config: FinetuningConfig, model_config: ModelConfig, tasks: list[Task]
 ) -> None:
-    """A vocabulary with more ids than the encoder has embedding rows: an error up front.
+    """A vocabulary with more ids than the encoder has embedding rows: an error up front
+    (a VocabError: the command prints it as one line).
 
     The usual cause: a checkpoint pre-trained with its own (smaller) vocabulary fine-tuned with
     `<data_dir>/vocab.txt`, the original's default. Unchecked, that fails mid-training in an
@@ -209,11 +176,36 @@ def check_vocab_fits(
     vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
     if vocab > model_config.vocab_size:
         source = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
-        raise ValueError(
+        raise VocabError(
             f"vocabulary {config.resolved_vocab_file()} has {vocab} entries but {source} has "
             f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary '
             "the checkpoint was pre-trained with"
         )
+
+
+def check_vocab_covers(
+    config: FinetuningConfig, model_config: ModelConfig, source: SourceWeights | None,
+    tasks: list[Task],
+) -> None:  # fmt: skip
+    """A vocabulary with fewer ids than a pre-trained encoder's embedding rows: an error too.
+
+    Such a vocabulary is another model's (a converted home beside the wrong vocab.txt), whose
+    ids mean other tokens to these embeddings. The one exception is a table padded on purpose:
+    a native checkpoint whose own run recorded this very vocabulary (pre-training with
+    `vocab_size` set above the vocabulary's size).
+    """
+    vocab = id_count(tasks[0].tokenizer.vocab)
+    if source is None or vocab >= model_config.vocab_size:
+        return
+    used = config.resolved_vocab_file()
+    recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
+    if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
+        return
+    raise VocabError(
+        f"vocabulary {used} has {vocab} entries but {source.path} has "
+        f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary the '
+        "checkpoint was pre-trained with"
+    )
 
 
 def check_vocab_matches(
@@ -253,12 +245,16 @@ class ModelRunner:
     ):
         """`pretrained`: the init checkpoint, read once per run (`read_init_checkpoint`);
         None reads the config's own here."""
+        config = config.resolve()  # a precision still "auto" (no machine probed): float32
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
         self.preprocessor = Preprocessor(config, tasks)
         model_config, source = resolve_encoder(config, pretrained)
         check_vocab_fits(config, model_config, tasks)
+        check_vocab_covers(config, model_config, source, tasks)
         check_vocab_matches(config, source, tasks)
-        self.model = FinetuningModel(model_config, tasks, self.preprocessor.specs)
+        self.model = FinetuningModel(
+            model_config, tasks, self.preprocessor.specs, dtype=config.precision
+        )
         if source is not None:
             result = checkpoints.assign(
                 self.model.variable_map(), source, where="fine-tuning model"
@@ -269,17 +265,24 @@ class ModelRunner:
 
     def train(self) -> None:
         """Fits the model on the train split (one pass over all epochs' batches), then saves."""
-        config = self.config
         dataset, steps = self.preprocessor.prepare_train()
         self.train_steps = steps
-        if steps < 1:
-            raise ValueError(
-                f"0 training steps: fewer train examples than train_batch_size "
-                f"{config.train_batch_size} x num_train_epochs {config.num_train_epochs}"
-            )
-        variable_map = self.model.variable_map()
+        optimizer = self.build_optimizer(steps)
+        self.model.compile(optimizer=optimizer)
+        log(f"Training for {steps} steps")
+        progress = self.progress(steps, optimizer)
+        self.model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[progress])
+        self.save()
+
+    def build_optimizer(
+        self, steps: int, initial_scale: float | None = None
+    ) -> keras.optimizers.Optimizer:
+        """The original's AdamW on a `steps`-step schedule with layer-wise decay; wrapped for
+        loss scaling under mixed_float16, as pre-training's (`optimization.for_precision`;
+        `initial_scale`: the loss scale it starts from, else tf_keras's default)."""
+        config = self.config
         optimizer = optimization.create_optimizer(
-            variable_map,
+            self.model.variable_map(),
             config.learning_rate,
             steps,
             weight_decay_rate=config.weight_decay_rate,
@@ -289,12 +292,18 @@ class ModelRunner:
             fix_layerwise_top_layer=config.fix_layerwise_top_layer,
             adam_bias_correction=config.adam_bias_correction,
         )
-        self.model.compile(optimizer=optimizer)
+        return optimization.for_precision(optimizer, config.precision, initial_scale)
+
+    def progress(self, steps: int, optimizer: keras.optimizers.Optimizer) -> FitProgress:
+        """The console line (pre-training's, with examples/s) and TensorBoard scalars under
+        `<model_dir>/train`, every `log_every_steps` (0: min(iterations_per_loop, 100))."""
+        config = self.config
         every = config.log_every_steps or min(config.iterations_per_loop, 100)
-        logger = ProgressLogger(steps, every, os.path.join(self.model_dir, "train"), optimizer)
-        log(f"Training for {steps} steps")
-        self.model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[logger])
-        self.save()
+        reporter = ProgressReporter(steps, 0, os.path.join(self.model_dir, "train"), sys.stdout)
+        learning_rate = functools.partial(current_learning_rate, optimizer)
+        return FitProgress(
+            reporter, every, config.train_batch_size, learning_rate, HEARTBEAT_SECONDS
+        )
 
     def save(self) -> None:
         """The trial's checkpoint, its fine-tuning config and its encoder's config."""
@@ -402,16 +411,30 @@ def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, fl
     log(f"Wrote results to {config.results_path('txt')}")
 
 
+def resolve_precision(config: FinetuningConfig, machine: Machine | None = None) -> FinetuningConfig:
+    """`config` with a precision "auto" chosen for `machine` (None: `probe_machine()`, once),
+    and pre-training's start-of-run note where mixed_bfloat16 would run on a CPU without
+    bfloat16 units (`device_defaults.warn_if_emulated_bf16`)."""
+    machine = probe_machine() if machine is None else machine
+    config = config.resolve(machine)
+    warn_if_emulated_bf16(config.precision, machine, sys.stdout)
+    return config
+
+
 def run_finetuning(
-    config: FinetuningConfig, pretrained: PretrainedModel | None = None
+    config: FinetuningConfig,
+    pretrained: PretrainedModel | None = None,
+    machine: Machine | None = None,
 ) -> list[dict[str, dict[str, float]]]:
     """Every trial: train (or restore), evaluate, write the results so far.
 
     `pretrained`: the config's init checkpoint, read (`prepare_finetuning`); when None, it is
-    read at the first trial. Either way every trial starts from the one read.
+    read at the first trial. Either way every trial starts from the one read. `machine`: what
+    a precision "auto" resolves against (None: `probe_machine()`).
     """
     if config.num_trials < 1:
         raise ValueError("num_trials must be >= 1")
+    config = resolve_precision(config, machine)
     tokenizer = make_tokenizer(config)
     tasks = get_tasks(config, tokenizer)
     if config.do_train:

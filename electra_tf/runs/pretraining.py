@@ -24,6 +24,7 @@ import io
 import os
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -32,13 +33,10 @@ import tf_keras as keras
 
 from electra_tf.checkpoints.files import CONFIG_FILE
 from electra_tf.checkpoints.recovery import holds_checkpoints
-from electra_tf.checkpoints.training_state import (
-    TrainingCheckpoints,
-    check_resumable,
-    write_run_config,
-)
+from electra_tf.checkpoints.resume_check import check_allowed_keys, check_resumable
+from electra_tf.checkpoints.training_state import TrainingCheckpoints, write_run_config
 from electra_tf.config import PretrainingConfig
-from electra_tf.data.pretraining_input import check_input_files, match_files
+from electra_tf.data.pretraining_input import InputDataError, check_input_files, match_files
 from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.run_lock import RunLock
 from electra_tf.runs.cpu_calls import (
@@ -63,8 +61,9 @@ from electra_tf.runs.pretraining_model import (
 from electra_tf.runs.progress import TENSORBOARD_DIR, ProgressReporter
 from electra_tf.runs.signals import StopRequest
 from electra_tf.runs.strategy import build_strategy, check_accumulation, worker_role
+from electra_tf.runs.worker_agreement import check_workers_agree, worker_name, worker_settings
 
-__all__ = ["TrainResult", "evaluate", "prepare_model_dir", "train"]
+__all__ = ["TrainResult", "evaluate", "resume_changes", "train"]
 
 
 @dataclass
@@ -97,17 +96,21 @@ def train(
     *,
     machine: Machine | None = None,
     strategy: tf.distribute.Strategy | None = None,
+    allow_changes: Collection[str] = (),
 ) -> TrainResult:
     """Trains to `config.num_train_steps`, resuming from the latest checkpoint in the model dir.
 
     `machine`: the facts "auto" settings resolve against (None: `probe_machine()`, once).
     `strategy`: one built already (`build_strategy(config)`, before TensorFlow's context
-    started, as multi-worker runs need); None builds it here. The chief holds the model dir's
-    lock for the whole run: a second writer is refused before it touches anything
-    (`electra_tf.run_lock`)."""
+    started, as multi-worker runs need); None builds it here. `allow_changes`: settings a
+    resume may change besides those meant to (`checkpoints.resume_check`). The chief holds the
+    model dir's lock for the whole run: a second writer is refused before it touches anything
+    (`electra_tf.run_lock`). Several workers first check that they agree
+    (`worker_agreement`)."""
     stream = stream or sys.stdout
     machine = probe_machine() if machine is None else machine
     config = config.resolve(machine)  # fields still "auto" get this machine's answer
+    check_allowed_keys(allow_changes)
     warn_if_emulated_bf16(config.precision, machine, stream)
     keras.mixed_precision.set_global_policy(config.precision)
     # Not tf.random.set_seed alone: an unseeded tf_keras initializer draws its seed from
@@ -115,27 +118,46 @@ def train(
     keras.utils.set_random_seed(config.seed)
     strategy = build_strategy(config) if strategy is None else strategy
     role = worker_role(strategy)
-    check_accumulation(config, strategy)
     model_dir = config.resolved_model_dir()
     lock = RunLock(model_dir, what="model dir") if role[0] else contextlib.nullcontext()
     with lock:
         os.makedirs(model_dir, exist_ok=True)
-        # Bad input files fail here, naming the file, before the model is built.
-        files = match_files(config.resolved_pretrain_tfrecords())
-        check_input_files(files, config.max_seq_length, config.vocab_size)
-        prepare_model_dir(config, model_dir, role[0])
+        files, problem = _input_files(config)
+        if role[2] > 1:  # before anything is written, on every worker alike
+            settings = worker_settings(config, files, problem and str(problem), allow_changes)
+            check_workers_agree(strategy, worker_name(strategy), settings)
+        changes = resume_changes(config, model_dir, allow_changes)
+        if problem is not None:
+            raise problem
+        check_accumulation(config, strategy)
+        if role[0]:  # only now: a refused run leaves the saved config as it was
+            if changes:
+                print(f"Resuming with changed settings: {'; '.join(changes)}", file=stream)
+            write_run_config(config, model_dir)
         run = _build_run(config, strategy, role, stream, files)
         return _train(run, strategy, role[0], machine, stream)
 
 
-def prepare_model_dir(config: PretrainingConfig, model_dir: str, is_chief: bool) -> None:
-    """Refuses to resume a differently shaped model; the chief writes the run's config."""
-    resuming = holds_checkpoints(model_dir)
+def _input_files(config: PretrainingConfig) -> tuple[list[str], Exception | None]:
+    """The training files, checked (a bad one is named before the model is built); the error
+    is returned, so that several workers can say which of them has it."""
+    try:
+        files = match_files(config.resolved_pretrain_tfrecords())
+        check_input_files(files, config.max_seq_length, config.vocab_size)
+    except (InputDataError, FileNotFoundError) as e:
+        return [], e
+    return files, None
+
+
+def resume_changes(
+    config: PretrainingConfig, model_dir: str, allow_changes: Collection[str] = ()
+) -> list[str]:
+    """Refuses a resume that changes the model, or (unless allowed) what it computes, naming
+    the keys; returns what else changed ("key: old -> new"), [] for a fresh run."""
     saved_config = os.path.join(model_dir, CONFIG_FILE)
-    if resuming and os.path.exists(saved_config):
-        check_resumable(saved_config, config)
-    if is_chief:
-        write_run_config(config, model_dir)
+    if holds_checkpoints(model_dir) and os.path.exists(saved_config):
+        return check_resumable(saved_config, config, allow_changes)
+    return []
 
 
 def _build_run(

@@ -90,8 +90,9 @@ def run_steps(
         latest = checkpoints.latest()
         kept = f"the last checkpoint is {latest}" if latest else "no checkpoint was written yet"
         raise WorkerLostError(
-            f"lost contact with another worker ({type(e).__name__}); {kept}. "
-            "Start every worker again with the same command to resume from it"
+            f"lost contact with another worker ({type(e).__name__}); {kept}. Its own output "
+            "says why it stopped; then start every worker again with the same command to "
+            "resume from it"
         ) from None
 
 

@@ -10,7 +10,7 @@ import tf_keras as keras
 
 from electra_tf.checkpoints.native import restore_weights
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.optimization import create_optimizer
+from electra_tf.optimization import create_optimizer, for_precision
 
 
 def special_token_ids(config: PretrainingConfig) -> dict[str, int]:
@@ -70,9 +70,7 @@ def build_optimizer(
         lr_decay_power=config.lr_decay_power,
         adam_bias_correction=config.adam_bias_correction,
     )
-    if config.precision == "mixed_float16":
-        scale = {} if initial_scale is None else {"initial_scale": initial_scale}
-        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer, **scale)
+    optimizer = for_precision(optimizer, config.precision, initial_scale)
     # Slots exist before any restore, so a checkpoint fills them instead of deferring.
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     inner.build(model.trainable_variables)

@@ -15,6 +15,7 @@ import sys
 import tensorflow as tf
 
 from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.runs.tf_config import read_tf_config
 
 
 class WorkerLostError(ConnectionError):
@@ -33,6 +34,7 @@ def build_strategy(config: PretrainingConfig) -> tf.distribute.Strategy:
     if name == "mirrored":
         return tf.distribute.MirroredStrategy(_local_devices())
     if name == "multi_worker_mirrored":
+        read_tf_config()  # a malformed TF_CONFIG: one line naming it, not TensorFlow's traceback
         return _multi_worker_strategy(config.worker_timeout_seconds)
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")

@@ -19,27 +19,42 @@ import warnings
 from typing import Any
 
 from electra_tf import device_defaults
+from electra_tf.config import query_blocks_problem
 from electra_tf.serving.saved_model import EXPORT_INFO_FILE, ExportError
 
 THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 def export_info(path: str) -> dict[str, Any]:
-    """The export's `assets/export.json` ({} for a SavedModel without one)."""
+    """The export's `assets/export.json` ({} for a SavedModel without one), its thread keys
+    checked: `load` starts one inter-op thread per query block, so an edited or damaged
+    `query_blocks` (3000, "two") is an ExportError naming the file and the key."""
     info_file = os.path.join(path, "assets", EXPORT_INFO_FILE)
     if not os.path.isfile(os.path.join(path, "saved_model.pb")):
         raise ExportError(f"{path}: no saved_model.pb (not a SavedModel version directory)")
     if not os.path.isfile(info_file):
         return {}
-    with open(info_file, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(info_file, encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ExportError(f"{info_file}: not readable as JSON ({e})") from None
+    if not isinstance(info, dict):
+        raise ExportError(f"{info_file}: expected a JSON object, got {type(info).__name__}")
+    problem = query_blocks_problem(info.get("query_blocks", 1))
+    if problem:
+        raise ExportError(f"{info_file}: query_blocks {problem}")
+    if not isinstance(info.get("jit_compile", False), bool):
+        raise ExportError(f"{info_file}: jit_compile {info['jit_compile']!r} is not true/false")
+    return info
 
 
 def recommended_threads(info: dict[str, Any], cpu_count: int | None = None) -> tuple[int, int]:
-    """(intra-op, inter-op) for this export on this machine (or on `cpu_count` cores)."""
+    """(intra-op, inter-op) for this export on this machine (or on `cpu_count` cores); `info`
+    as `export_info` returns it (checked)."""
     cores = device_defaults.cpu_count() if cpu_count is None else cpu_count
     return device_defaults.serving_threads(
-        cores, int(info.get("query_blocks", 1)), bool(info.get("jit_compile", False))
+        cores, info.get("query_blocks", 1), info.get("jit_compile", False)
     )
 
 

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from electra_tf.config import DEFAULT_QUERY_BLOCKS
+from electra_tf.config import DEFAULT_QUERY_BLOCKS, query_blocks_problem
 from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.serving.featurizer import TextFeaturizer
 
@@ -141,8 +141,9 @@ class ServingModule(tf.Module):
         if kind in ("classification", "tagging") and not label_names:
             raise ValueError(f"kind {kind!r} needs label_names")
         self.jit_compile = jit_compile
-        if query_blocks < 1:
-            raise ValueError(f"query_blocks must be >= 1, got {query_blocks}")
+        problem = query_blocks_problem(query_blocks)
+        if problem:
+            raise ValueError(f"query_blocks: {problem}")
         self.inference_options = InferenceOptions(
             fused_layer_norms=not jit_compile, query_blocks=1 if jit_compile else query_blocks
         )

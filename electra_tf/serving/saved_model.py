@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from electra_tf.atomic_io import replace_dir
+from electra_tf.atomic_io import describe_files, replace_dir, unexpected_files
 
 EXPORT_INFO_FILE = "export.json"
 SERVING_FLAGS_FILE = "serving_flags.txt"
@@ -78,14 +78,37 @@ def save_versioned(
     return final
 
 
+# What a version directory holds after `save_versioned` (`atomic_io.unexpected_files`
+# patterns): a version holding anything else is not replaced, even with --overwrite.
+VERSION_FILES = (
+    "saved_model.pb",
+    "fingerprint.pb",
+    "variables/variables.index",
+    "variables/variables.data-*",
+    "assets/*",
+    SERVING_FLAGS_FILE,
+)
+
+
 def check_writable(version_dir: str, overwrite: bool) -> None:
-    """Refuses to replace a version without `overwrite`, or anything that is not a SavedModel."""
+    """Refuses to replace a version without `overwrite`, a link, anything that is not a
+    SavedModel, or a SavedModel beside files that an export does not write."""
+    if os.path.islink(version_dir):
+        raise ExportError(
+            f"{version_dir} is a symbolic link (to {os.readlink(version_dir)}); not replacing it"
+        )
     if not os.path.exists(version_dir):
         return
     if not overwrite:
         raise ExportError(f"{version_dir} exists; pass --overwrite to replace it")
     if not os.path.isfile(os.path.join(version_dir, "saved_model.pb")):
         raise ExportError(f"{version_dir} exists and is not a SavedModel; not replacing it")
+    foreign = unexpected_files(version_dir, VERSION_FILES)
+    if foreign:
+        raise ExportError(
+            f"{version_dir}: not replacing it: it holds {len(foreign)} file(s) that an export "
+            f"does not write: {describe_files(foreign)}; move them out first"
+        )
 
 
 def config_json(config: Any) -> str:

@@ -73,7 +73,7 @@ def pretrained_specs(
     config: PretrainingConfig = source.config
     model_config = config.discriminator_config()
     vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)
-    max_len = max_seq_length or config.max_seq_length
+    max_len = config.max_seq_length if max_seq_length is None else max_seq_length
     check_length(max_len, model_config)
     specs = []
     for kind in kinds:
@@ -173,7 +173,7 @@ def task_spec(
     status.assert_existing_objects_matched().expect_partial()
     if precision == "bfloat16":
         model = bfloat16_twin(model, build)
-    max_len = max_seq_length or config.max_seq_length
+    max_len = config.max_seq_length if max_seq_length is None else max_seq_length
     check_length(max_len, model_config)
     module = serving_module(
         "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,

@@ -3,6 +3,7 @@ with its OWN randomness, on real text.
 
     .venv/bin/python -m tools.original_parity.curves --mirror <git copy of google-research/electra>
         --data-dir data/default [--seeds 3] [--steps 2000] [--json out.json] [--csv out.csv]
+        [--png out.png (default: beside --json)] [--runs-dir DIR [--report-only]]
         [--mutation NAME] [--original-from earlier.json] [--jobs 1]
 
 check.py and trajectory.py feed the original the PROJECT's masks and samples, so they cannot see
@@ -781,6 +782,10 @@ def collect(runs: list[dict], mutation: str | None = None) -> tuple[dict, list[i
             raise SystemExit(f"ERROR: the {run['side']} seed {run['seed']} run sampled other steps")
         for name in METRICS + EXTRA_METRICS:
             curves[run["side"]].setdefault(name, []).append(run["values"][name])
+    for side, runs_of_side in curves.items():
+        if not runs_of_side:  # e.g. --report-only before the first project run has a point
+            under = f" under {mutation}" if side == "project" and mutation else ""
+            raise SystemExit(f"ERROR: no {side} run{under} among the runs to compare")
     return curves, steps or []
 
 
@@ -814,6 +819,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="TensorFlow threads per run")
     p.add_argument("--json", help="write every curve, band and the verdict here")
     p.add_argument("--csv", help="write one row per metric and sample step here")
+    p.add_argument("--png", help="draw the curves here (default: beside --json, as .png)")
     p.add_argument("--print-every", type=int, default=5, help="table: every n-th sample point")
     p.add_argument("--calibrate", action="store_true",
                    help="only simulate the band rule on seeds from one distribution (no mirror)")  # fmt: skip
@@ -834,7 +840,8 @@ def main(argv=None) -> int:
     for name in filter(None, [args.mutation, *args.also_mutation]):
         if name not in MUTATIONS and name not in mutations.ALL:
             p.error(f"--mutation: {name!r} is not one of {', '.join([*MUTATIONS, *mutations.ALL])}")
-    args.mirror = check.resolve_mirror(args.mirror)
+    if not args.report_only:  # a report from finished runs needs no copy of the original
+        args.mirror = check.resolve_mirror(args.mirror)
     check_data_dir(args.data_dir)
     args.data_dir = os.path.abspath(args.data_dir)
     hp = hparams(args.steps, args.batch, args.warmup, vocab_size_of(args.data_dir))
@@ -891,12 +898,38 @@ def main(argv=None) -> int:
                        "also_mutations": extra, "meta": meta}, f, indent=1)  # fmt: skip
     if args.csv:
         write_csv(args.csv, result, curves)
+    from electra_tf.evaluation import plots
+
+    png = plots.png_path(args.png, args.json)
+    if png:
+        draw(png, result, curves, extra, line, args.mutation)
+        check.log(f"picture: {png}")
     check.log("")
     for failure in result["failures"]:
         check.log(f"  - {failure}")
     check.log(line)
     check.log(f"time: {meta['seconds']:.0f} s")
     return 1 if result["failures"] else 0
+
+
+def draw(
+    path: str, result: dict, curves: dict, extra: dict, line: str, mutation: str | None
+) -> None:
+    """The curves as a PNG (`plots.curve_parity`): the verdict, the points outside and each
+    --also-mutation's outcome as its title; the mutated runs in colours of their own."""
+    from electra_tf.evaluation import plots
+
+    outside = sum(band["outside"] for band in result["bands"].values())
+    points = len(result["steps"]) * len(result["bands"])
+    title = f"{line.split(' (')[0]}: {outside} of {points} points outside the original's band"
+    if "[PARTIAL" in line:
+        title += " [" + line.split(" [PARTIAL: ")[1]
+    project = f"electra-tf under {mutation}" if mutation else "electra-tf"
+    for name, m in extra.items():
+        title += f"; {name}: {m['verdict'].split(':')[0]}"
+    mutated = [(f"electra-tf under {name}", m["curves"]) for name, m in extra.items()]
+    plots.curve_parity(path, result["steps"], curves["original"], curves["project"],
+                       result["bands"], mutated, project, title)  # fmt: skip
 
 
 def _verdict_line(result: dict, args) -> str:
