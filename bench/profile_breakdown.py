@@ -18,6 +18,10 @@ on each host thread, events nest by time, and an event's SELF time is its durati
 the events nested in it. Every event is one of:
 
 - an op kernel (`<op name>:<op type>`): its self time goes to a category (rules below);
+- a computation of an XLA cluster (lower-case HLO names: `multiply_convert_fusion.clone`,
+  `reduce-window.5.clone`, `convert.8`): category "XLA clusters", the training forms of GELU,
+  LayerNorm and dropout's scaling (`electra_tf/modeling/utils.py`), which compile to HLO
+  fusions instead of op kernels;
 - `IteratorGetNextOp::DoCompute` and the tf.data events nested in it: the IteratorGetNext op,
   which runs on a tf.data thread while the step waits for it: category "input pipeline";
 - other tf.data events (`Iterator::*`, `PrefetchProduce`, ...): the background producer, off the
@@ -132,6 +136,7 @@ CATEGORIES: dict[str, str] = {
     "input": "input pipeline (IteratorGetNext and the tf.data work it waits for)",
     "serving_io": "serving signature's own ops (outside the model: input checks, outputs)",
     "framework_ops": "framework: bookkeeping ops (casts, reshapes, identity, variable reads, slicing)",
+    "xla_fused": "XLA clusters (training GELU, LayerNorm, dropout scaling: HLO fusions)",
     "executor": "framework: executor (traced time outside any op kernel)",
     "other": "other (uncategorised ops; the top ones below)",
 }
@@ -204,6 +209,8 @@ def categorise(
     `model_scope`: the model's name scope (serving): other ops are the signature's own.
     """
     kind = base_type(op_type)
+    if kind == XLA_TYPE:
+        return "xla_fused"
     parts = scopes(name)
     is_matmul = bool(MATMUL_TYPES.search(kind))
     if optimizer_scope in parts or re.match(r"^Resource(Sparse)?Apply", kind):
@@ -494,6 +501,9 @@ def nest(intervals: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
 
 
 OP_EVENT = re.compile(r"^(?P<name>[^:]+):(?P<type>_?[A-Z][A-Za-z0-9_]*)$")
+# An XLA computation's thunk: an HLO instruction name, lower case (`select_convert_fusion.clone`).
+XLA_EVENT = re.compile(r"^[a-z][a-z0-9_\-]*(\.\d+)*(\.clone)?$")
+XLA_TYPE = "XlaFusion"
 TFDATA_EVENT = re.compile(r"^(Iterator::|Prefetch|ParallelMap|ParallelInterleave|MapAndBatch)")
 GETNEXT_EVENT = "IteratorGetNextOp::DoCompute"
 
@@ -553,6 +563,8 @@ def read_trace(logdir: str) -> dict[str, Any]:
             match = OP_EVENT.match(name)
             if match and "::" not in name:
                 ops[(match["name"], match["type"])] += self_ps
+            elif XLA_EVENT.match(name):
+                ops[(name, XLA_TYPE)] += self_ps
             elif events[root][2] == GETNEXT_EVENT:
                 ops[("IteratorGetNext (tf.data work it waited for)", "IteratorGetNext")] += self_ps
             elif TFDATA_EVENT.match(name) or line_name.startswith("tf_data"):
