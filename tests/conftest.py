@@ -5,6 +5,7 @@ import random
 
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the commands start (tf_startup.py)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

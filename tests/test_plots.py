@@ -190,12 +190,14 @@ def test_the_cost_curves_serving_runs_draw_nothing(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------- lazy import
 def test_training_and_serving_do_not_load_matplotlib():
     """The entry points of training, fine-tuning, export and serving, and the plotting module
-    itself, imported in a fresh process: no matplotlib module loaded. TF_USE_LEGACY_KERAS=1
-    because TensorFlow 2.20 otherwise imports Keras 3 eagerly (`keras.src.optimizers`), whose
-    `keras.src.visualization` imports matplotlib.pyplot whenever it is installed: that load is
-    TensorFlow's, whatever this project does."""
+    itself, imported in a fresh process after TensorFlow starts as the commands start it
+    (`tf_startup`, which sets TF_USE_LEGACY_KERAS=1: TensorFlow 2.20 otherwise imports Keras 3
+    for `tf.keras`, whose `keras.src.visualization` imports matplotlib.pyplot whenever it is
+    installed): no matplotlib module loaded."""
     code = (
         "import sys\n"
+        "from electra_tf.tf_startup import start_tensorflow\n"
+        "start_tensorflow()\n"
         "import electra_tf.cli.pretrain, electra_tf.cli.finetune, electra_tf.cli.export\n"
         "import electra_tf.runs.pretraining, electra_tf.runs.finetuning\n"
         "import electra_tf.serving.loading, electra_tf.serving.saved_model\n"
@@ -203,7 +205,8 @@ def test_training_and_serving_do_not_load_matplotlib():
         "assert 'tensorflow' in sys.modules\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
     )
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+    env.pop("TF_USE_LEGACY_KERAS", None)  # the commands' own setting, not the test's
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

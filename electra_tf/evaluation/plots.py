@@ -13,9 +13,9 @@ returns the closed `matplotlib.figure.Figure`, whose axes' titles and labels a t
 
 matplotlib is imported inside the functions, with the Agg backend (no display needed): importing
 this module, or the project's training and serving code, does not load it. (TensorFlow 2.20
-itself does, at `import tensorflow`: it imports Keras 3 eagerly, whose `keras.src.visualization`
-imports matplotlib.pyplot where installed; not with TF_USE_LEGACY_KERAS=1, the setting under
-which tests/test_plots.py checks this project's imports.) The pictures are small (`FIGSIZE`
+itself would, at `import tensorflow`, through Keras 3; the commands start TensorFlow with
+TF_USE_LEGACY_KERAS=1, `electra_tf/tf_startup.py`, and tests/test_plots.py checks them so.)
+The pictures are small (`FIGSIZE`
 inches at `DPI`, a 128-colour palette: 10 to 45 KB) so that they can be committed beside the
 text.
 """
