@@ -24,7 +24,10 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Lowest first. A module may import modules of its own layer or of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("config", "atomic_io", "run_lock", "device_defaults", "optimization")),
+    (
+        "core",
+        ("config", "atomic_io", "run_lock", "device_defaults", "tf_startup", "optimization"),
+    ),
     ("data", ("data",)),
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),
@@ -76,11 +79,14 @@ def imported_modules(name: str, path: str, modules: set[str]) -> set[str]:
 
 
 def layer_of(module: str) -> int:
+    """The layer of the longest prefix naming `module`; "" names the package itself only (its
+    `__init__`), so a new module that no entry names is an error, not a silent member."""
     best, best_length = None, -1
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
             full = f"{PACKAGE}.{prefix}" if prefix else PACKAGE
-            if (module == full or module.startswith(full + ".")) and len(full) > best_length:
+            below = bool(prefix) and module.startswith(full + ".")
+            if (module == full or below) and len(full) > best_length:
                 best, best_length = index, len(full)
     if best is None:
         raise AssertionError(f"{module} is in no layer: add it to LAYERS")
@@ -135,6 +141,16 @@ def test_no_import_cycle():
 def test_every_module_is_in_a_layer():
     for module in import_graph():
         layer_of(module)
+
+
+@pytest.mark.parametrize("module", ["electra_tf.new_module", "electra_tf.new_package.part"])
+def test_a_module_no_layer_names_is_refused(module):
+    # A new top-level module or package joins no layer by default (the package's own entry ""
+    # names only `electra_tf/__init__.py`).
+    with pytest.raises(AssertionError, match="is in no layer"):
+        layer_of(module)
+    assert layer_of("electra_tf") == len(LAYERS) - 1
+    assert layer_of("electra_tf.data.corpus") == 1
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
