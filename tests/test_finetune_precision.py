@@ -132,13 +132,14 @@ def record_gradients(optimizer) -> list:
     return seen
 
 
-def one_step(model, batch) -> tuple[float, np.ndarray, np.ndarray]:
+def one_step(model, batch, rel: float = 1e-6) -> tuple[float, np.ndarray, np.ndarray]:
     """One step: the loss, logits and labels of its forward pass (`train_step`'s, without
     dropout the same as `model(batch, training=True)`), then `train_step` itself, whose
-    gradients `record_gradients` keeps."""
+    gradients `record_gradients` keeps. `rel`: how far the two forward passes' losses may
+    differ (eager and graph execution may fuse, and so round, differently)."""
     per_example, outputs = model(batch, training=True)
     loss = float(model.train_step(batch)["loss"])
-    assert loss == pytest.approx(float(tf.reduce_sum(per_example)), rel=1e-6)
+    assert loss == pytest.approx(float(tf.reduce_sum(per_example)), rel=rel)
     return loss, outputs["sst"]["logits"].numpy(), outputs["sst"]["label_ids"].numpy()
 
 
@@ -202,7 +203,9 @@ def test_float16_scales_the_loss_and_its_gradients_agree(work_dir, pretrained, f
     model, optimizer = build(work_dir, pretrained, "mixed_float16", weights, initial_scale=2.0**10)
     assert isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
     gradients = record_gradients(optimizer)
-    loss, logits, _ = one_step(model, make_batch())
+    # In float16 the eager and the graph forward differ in the last bits (1.8e-6 relative
+    # here, against a float16 unit of 4.9e-4): one unit is the bound.
+    loss, logits, _ = one_step(model, make_batch(), rel=UNIT["mixed_float16"])
     assert float(optimizer.loss_scale) == 2.0**10 and len(gradients) == 1
     check_against_float32(float32_step, loss, logits, gradients[0], UNIT["mixed_float16"])
 

@@ -187,7 +187,11 @@ def _functions(graph):
 def _compiled_graphs(loop):
     """The graphs of the XLA-compiled step and of everything it calls."""
     functions = _functions(loop.graph)
-    roots = [name for name, (_, must) in functions.items() if must]
+    compiled = [name for name, (_, must) in functions.items() if must]
+    # The training forms of GELU, LayerNorm and dropout's scaling are XLA clusters of their own
+    # (modeling/utils.py); called inside the compiled step, they are compiled with it.
+    nested = {name for root in compiled for name in _functions(functions[root][0])}
+    roots = [name for name in compiled if name not in nested]
     assert len(roots) == 1, f"expected one XLA-compiled step in the loop, got {roots}"
     graph = functions[roots[0]][0]
     return [graph, *(g for g, _ in _functions(graph).values())]

@@ -102,7 +102,7 @@ def scale_kept(x: tf.Tensor, keep: tf.Tensor, rate: float) -> tf.Tensor:
     return apply(x)
 
 
-@tf.function(jit_compile=True, reduce_retracing=True)
+@tf.function(jit_compile=True)
 def _fused_scale_kept(x, keep, scale):
     return tf.where(keep, x * scale, tf.zeros_like(x))
 
