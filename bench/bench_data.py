@@ -1,8 +1,8 @@
 """Data-preparation speed: our build_tfrecords (N processes) vs the original's pure-Python path.
 
     make bench-data                      # an 8 MB slice of the default corpus's sources
-    .venv/bin/python -m bench.bench_data --corpus-dir ../shared/data/corpus/gutenberg \
-        --vocab-file ../shared/data/vocab/bert-uncased-vocab.txt
+    .venv/bin/python -m bench.bench_data --corpus-dir BOOKS_DIR \
+        --vocab-file bert-uncased-vocab.txt
 
 Baseline, in the same run over the same files: Model Garden's FullTokenizer (the original's
 algorithm, pure Python), the same packing, `tf.train.Example` + `TFRecordWriter`, one process
