@@ -63,6 +63,7 @@ CONFIGS: dict[str, dict] = {
     "hf-fp32": {"kind": "torch", "command": "pretrain"},
     # The fine-tuning step of a GLUE classifier (bench/finetune_step.py) and its PyTorch peer.
     "finetune": {"kind": "finetune", "task": "finetune"},
+    "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
     "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
 }
 DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32,hf-fp32,finetune,hf-finetune"
@@ -183,7 +184,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         from bench.finetune_step import build_finetune_step
 
         run_step, params, resolved = build_finetune_step(
-            args.batch, args.seq, json.loads(args.hparams)
+            args.batch, args.seq, json.loads(args.hparams), settings.get("precision", "float32")
         )
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")

@@ -2,10 +2,10 @@
 
 A GLUE classification task (SST-2's: 2 labels, the [CLS] head with dropout 0.1) on the small
 preset's discriminator, randomly initialised: `runs.finetuning.ModelRunner` builds the model
-(`FinetuningModel`: the loss summed over the batch, as the original's), the optimizer is
-`optimization.create_optimizer` with the config's learning rate, weight decay, warm-up and
-layer-wise decay (what `ModelRunner.train` passes it), and the step is the one `model.fit`
-runs: Keras' `make_train_function` around `FinetuningModel.train_step`. The batches are
+(`FinetuningModel`: the loss summed over the batch, as the original's, under the config's
+`precision`), the optimizer is the run's own (`ModelRunner.build_optimizer`: the config's
+learning rate, weight decay, warm-up and layer-wise decay, loss scaling under float16), and
+the step is the one `model.fit` runs: Keras' `make_train_function` around `FinetuningModel.train_step`. The batches are
 synthetic full-length sequences, so the step is timed without the input pipeline's reading.
 """
 
@@ -21,7 +21,6 @@ import numpy as np
 import tensorflow as tf
 
 from bench.project_step import CLS_ID, SEP_ID, write_bench_vocab
-from electra_tf import optimization
 from electra_tf.finetuning.config import finetuning_config
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.runs.finetuning import ModelRunner
@@ -50,9 +49,10 @@ def synthetic_classification_batches(
 
 
 def build_finetune_step(
-    batch: int, seq: int, hparams: dict[str, Any] | None = None
+    batch: int, seq: int, hparams: dict[str, Any] | None = None, precision: str = "float32"
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
-    """(run one step, number of trainable parameters, the resolved settings)."""
+    """(run one step, number of trainable parameters, the resolved settings); `precision`: the
+    fine-tuning config's (float32, mixed_bfloat16, mixed_float16)."""
     data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     values = {
@@ -60,6 +60,7 @@ def build_finetune_step(
         "train_batch_size": batch,
         "max_seq_length": seq,
         "init_checkpoint": "",  # random initialisation: the speed does not depend on the values
+        "precision": precision,
         **(hparams or {}),
     }
     config = finetuning_config("bench", data_dir, values, tasks=TASK)
@@ -68,17 +69,9 @@ def build_finetune_step(
     tasks = get_tasks(config, make_tokenizer(config))
     runner = ModelRunner(config, tasks, data_dir)
     model = runner.model
-    optimizer = optimization.create_optimizer(
-        model.variable_map(),
-        config.learning_rate,
-        TRAIN_STEPS,
-        weight_decay_rate=config.weight_decay_rate,
-        warmup_proportion=config.warmup_proportion,
-        layerwise_lr_decay_power=config.layerwise_lr_decay,
-        n_transformer_layers=model.model_config.num_hidden_layers,
-        fix_layerwise_top_layer=config.fix_layerwise_top_layer,
-        adam_bias_correction=config.adam_bias_correction,
-    )
+    # The run's own optimizer: AdamW with the config's rates and layer-wise decay, wrapped for
+    # loss scaling under mixed_float16.
+    optimizer = runner.build_optimizer(TRAIN_STEPS)
     model.compile(optimizer=optimizer)
     train_function = model.make_train_function()
     iterator = iter(synthetic_classification_batches(batch, seq, vocab_size))
@@ -87,5 +80,5 @@ def build_finetune_step(
         float(train_function(iterator)["loss"])
 
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    resolved = {"precision": "float32", "jit_compile": False}
+    resolved = {"precision": config.precision, "jit_compile": False}
     return run_step, params, resolved
