@@ -45,7 +45,11 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 CPU_ONLY_NOISE = re.compile(
     r"failed call to cuInit|Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) "
     r"factory|computation placer already registered|TF-TRT Warning|cuda_executor|"
-    r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate"
+    r"oneDNN custom operations are on|cpu_feature_guard|rebuild TensorFlow with the appropriate|"
+    # And XLA's once-per-process INFO line for its first compiled cluster,
+    # with absl's notice before it, which TF_CPP_MIN_LOG_LEVEL does not reach
+    # (`tf_startup.start_tensorflow` compiles a trivial cluster inside the filter).
+    r"Compiled cluster using XLA|All log messages before absl::InitializeLog"
 )
 
 

@@ -563,6 +563,8 @@ def test_cpu_start_up_prints_no_cuda_error():
         "import sys\nfrom electra_tf.device_defaults import probe_machine\n"
         "probe_machine()\n"
         "from electra_tf.tf_startup import start_tensorflow\nstart_tensorflow()\n"
+        # A compiled cluster later on, as training's GELU/LayerNorm/dropout forms compile.
+        "import tensorflow as tf\ntf.function(lambda x: x * 2, jit_compile=True)(tf.ones(3))\n"
         "sys.stderr.write('a real error still shows\\n')\n"
     )
     result = subprocess.run(
@@ -575,6 +577,25 @@ def test_cpu_start_up_prints_no_cuda_error():
         last_line(result.stderr),
     )
     assert "cuInit" not in result.stderr and "a real error still shows" in result.stderr
+    assert "Compiled cluster using XLA" not in result.stderr, result.stderr
+
+
+def test_a_command_sets_tensorflows_environment_before_its_imports_reach_it():
+    # `python -m electra_tf.pretrain` imported TensorFlow (through its run modules) before
+    # tf_startup set the log level: INFO lines filled the console unless make exported it.
+    env = {
+        k: v
+        for k, v in cli_env().items()
+        if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
+    }
+    code = (
+        "import os, sys\nimport electra_tf.cli.pretrain\n"
+        "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'), os.environ.get('TF_USE_LEGACY_KERAS'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert result.stdout.split() == ["2", "1"], result.stderr
 
 
 # ------------------------------------------------------------------ 12. no machine's paths

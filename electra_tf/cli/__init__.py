@@ -14,3 +14,7 @@
 `tfrecord_flags` holds the flags the two TFRecord builders share. Every module also runs with
 `python -m electra_tf.cli.<module>`.
 """
+
+# Before any command's imports reach TensorFlow: the environment it reads when it loads
+# (its log level, the tf_keras line), set in `tf_startup` (which imports no TensorFlow).
+import electra_tf.tf_startup  # noqa: E402, F401
