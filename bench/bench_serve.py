@@ -59,6 +59,7 @@ import time
 
 from bench import machine
 from bench.bench_train import checkout_revision, default_peer_python, harness_command
+from electra_tf import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER_TORCH = os.path.join(REPO, "bench", "peer_torch.py")
@@ -105,6 +106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-calls", type=int, default=50, help=argparse.SUPPRESS)
     parser.add_argument("--no-png", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    problem = atomic_io.make_parents(args.json, args.png)
+    if problem:
+        parser.error(problem)
     if args.calls < args.min_calls:
         parser.error(f"--calls: p99 needs at least {args.min_calls} calls")
     args.batches = tuple(int(b) for b in args.batches.split(","))

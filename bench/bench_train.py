@@ -36,6 +36,8 @@ import sys
 import time
 from typing import Any
 
+from electra_tf import atomic_io
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULT_TAG = "BENCH_RESULT "
@@ -365,6 +367,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--matmul-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    problem = atomic_io.make_parents(args.json, args.png)
+    if problem:
+        parser.error(problem)
     args.seq_lengths = args.seq_lengths or [args.seq]
     args.parser = parser
     return args

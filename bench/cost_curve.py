@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import bench_train, machine, train_table
+from electra_tf import atomic_io
 
 TRAIN_CONFIGS = ("default", "mg-fp32", "hf-fp32")
 SERVE_BATCHES = (1, 32)
@@ -200,7 +201,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--png", help="draw the curves here (default: beside --json, as .png)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = atomic_io.make_parents(args.json, args.png)
+    if problem:
+        parser.error(problem)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,22 @@ def write_json(path: str, obj: Any, **dump_kwargs: Any) -> None:
     write_text(path, json.dumps(obj, **dump_kwargs))
 
 
+def make_parents(*paths: str | None) -> str | None:
+    """Creates the folders that `paths` (None ones skipped) will be written into; returns why
+    one cannot be (None when all can). For a command's output flags, called when it starts,
+    so that a long run does not end on a missing folder."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        except FileExistsError:
+            return f"{path}: cannot create its folder (a file is in the way)"
+        except OSError as e:
+            return f"{path}: cannot create its folder ({e.strerror or e})"
+    return None
+
+
 def replace_dir(new: str, path: str) -> None:
     """Moves the finished directory `new` to `path`, replacing what is there.
 

@@ -33,3 +33,28 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         atomic_io.write_text(str(path), "new")
     assert path.read_text() == "old"
     assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_make_parents_creates_output_folders_and_names_a_path_it_cannot(tmp_path):
+    from electra_tf.atomic_io import make_parents
+
+    assert make_parents(str(tmp_path / "a" / "b" / "out.json"), None) is None
+    assert (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "file").write_text("x")
+    problem = make_parents(str(tmp_path / "file" / "out.png"))
+    assert (
+        problem
+        == f"{tmp_path / 'file' / 'out.png'}: cannot create its folder (a file is in the way)"
+    )
+
+
+def test_a_bench_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    # `bench.cost_curve --json DIR/x.json` ran four minutes, then died on the missing folder.
+    from bench import cost_curve
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as stop:
+        cost_curve.parse_args(["--json", str(tmp_path / "file" / "curve.json")])
+    assert stop.value.code == 2 and "cannot create its folder" in capsys.readouterr().err
+    args = cost_curve.parse_args(["--json", str(tmp_path / "new" / "curve.json")])
+    assert (tmp_path / "new").is_dir() and args.json.endswith("curve.json")

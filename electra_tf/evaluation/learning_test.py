@@ -69,6 +69,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+from electra_tf import atomic_io  # noqa: E402
 from electra_tf.atomic_io import write_json  # noqa: E402
 from electra_tf.config import ModelConfig, pretraining_config  # noqa: E402
 from electra_tf.evaluation import plots  # noqa: E402
@@ -499,6 +500,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="no runs: the table and the picture from the results of an earlier --json",
     )
     args = parser.parse_args(argv)
+    problem = atomic_io.make_parents(args.json, args.png)
+    if problem:
+        parser.error(problem)
     if args.seeds < 1 or args.minutes <= 0:
         parser.error("--seeds must be >= 1 and --minutes > 0")
     if args.from_json and args.json:

@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 
+from electra_tf import atomic_io
 from tools.original_parity import check
 
 METRICS = ("total_loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
@@ -827,6 +828,9 @@ def main(argv=None) -> int:
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    problem = atomic_io.make_parents(args.json, args.csv, args.png)
+    if problem:
+        p.error(problem)
     if args.child:
         return child_main(args)
     if args.calibrate:
