@@ -14,7 +14,7 @@ import difflib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
@@ -606,14 +606,22 @@ def closest_key(key: str, valid: list[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def replace_checked(config: Any, values: Mapping[str, Any], where: str = "config") -> Any:
-    """`dataclasses.replace` that rejects unknown keys, naming the closest valid one."""
-    valid = [f.name for f in dataclasses.fields(config)]
-    for key in values:
+def check_known_keys(
+    keys: Iterable[str], valid: Sequence[str], unknown: Callable[[str], str]
+) -> None:
+    """A ConfigError for the first of `keys` not in `valid`: `unknown(key)`, then the closest
+    valid key."""
+    for key in keys:
         if key not in valid:
             hint = closest_key(key, valid)
             suggestion = f"; did you mean {hint!r}?" if hint else ""
-            raise ConfigError(f"Unknown hparam {key!r} in {where}{suggestion}")
+            raise ConfigError(unknown(key) + suggestion)
+
+
+def replace_checked(config: Any, values: Mapping[str, Any], where: str = "config") -> Any:
+    """`dataclasses.replace` that rejects unknown keys, naming the closest valid one."""
+    valid = [f.name for f in dataclasses.fields(config)]
+    check_known_keys(values, valid, lambda key: f"Unknown hparam {key!r} in {where}")
     return dataclasses.replace(config, **dict(values))
 
 

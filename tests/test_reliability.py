@@ -552,11 +552,6 @@ def test_cpu_start_up_prints_no_cuda_error():
 
     if has_nvidia_driver():
         pytest.skip("a machine with an NVIDIA driver: its CUDA messages are real")
-    env = {
-        k: v
-        for k, v in cli_env().items()
-        if k not in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES")
-    }
     # The pre-training CLI probes the machine first (its "auto" settings): the process's first
     # device query, before start_tensorflow.
     code = (
@@ -567,9 +562,7 @@ def test_cpu_start_up_prints_no_cuda_error():
         "import tensorflow as tf\ntf.function(lambda x: x * 2, jit_compile=True)(tf.ones(3))\n"
         "sys.stderr.write('a real error still shows\\n')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
-    )
+    result = _python_without(("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"), code)
     record(
         "11",
         "TensorFlow start-up on a CPU-only machine",
@@ -583,19 +576,20 @@ def test_cpu_start_up_prints_no_cuda_error():
 def test_a_command_sets_tensorflows_environment_before_its_imports_reach_it():
     # `python -m electra_tf.pretrain` imported TensorFlow (through its run modules) before
     # tf_startup set the log level: INFO lines filled the console unless make exported it.
-    env = {
-        k: v
-        for k, v in cli_env().items()
-        if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")
-    }
     code = (
         "import os, sys\nimport electra_tf.cli.pretrain\n"
         "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'), os.environ.get('TF_USE_LEGACY_KERAS'))\n"
     )
-    result = subprocess.run(
+    result = _python_without(("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS"), code)
+    assert result.stdout.split() == ["2", "1"], result.stderr
+
+
+def _python_without(variables: tuple[str, ...], code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter whose environment (the CLI tests') lacks `variables`."""
+    env = {k: v for k, v in cli_env().items() if k not in variables}
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     )
-    assert result.stdout.split() == ["2", "1"], result.stderr
 
 
 # ------------------------------------------------------------------ 12. no machine's paths

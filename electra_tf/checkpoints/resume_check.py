@@ -23,7 +23,12 @@ import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from electra_tf.config import MASKED_LM_VARIANTS, ConfigError, PretrainingConfig, closest_key
+from electra_tf.config import (
+    MASKED_LM_VARIANTS,
+    ConfigError,
+    PretrainingConfig,
+    check_known_keys,
+)
 
 # Settings that change the checkpoint's variables or their shapes. Resuming with a different
 # value would fail deep inside the restore, or worse, silently restore into a different model.
@@ -100,11 +105,7 @@ def config_from_saved(values: Mapping[str, Any], where: str) -> PretrainingConfi
 def check_allowed_keys(keys: Collection[str]) -> None:
     """`--allow-config-change` names settings: an unknown one is an error naming the closest."""
     valid = [f.name for f in dataclasses.fields(PretrainingConfig)]
-    for key in keys:
-        if key not in valid:
-            hint = closest_key(key, valid)
-            suggestion = f"; did you mean {hint!r}?" if hint else ""
-            raise ConfigError(f"--allow-config-change: {key!r} is not a setting{suggestion}")
+    check_known_keys(keys, valid, lambda key: f"--allow-config-change: {key!r} is not a setting")
 
 
 def check_resumable(
