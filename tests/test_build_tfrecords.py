@@ -377,7 +377,10 @@ def test_kill_9_mid_build_keeps_the_previous_build_and_a_rerun_restarts_cleanly(
     import time
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    corpus = _corpus(tmp_path, n_files=24, docs_per_file=60)
+    # Large enough that the workers' shards exist long enough for the poll below to see them:
+    # on a 2-core Zen 5 the whole build of 60 documents per file took 0.2 s, its shards
+    # visible for 35 ms (the poll missed them once); with 480, about 0.3 s.
+    corpus = _corpus(tmp_path, n_files=24, docs_per_file=480)
     vocab_file, _ = _vocab(tmp_path)
     out = tmp_path / "out"
     _build(tmp_path, corpus, vocab_file=vocab_file, seed=1)  # the previous build
@@ -394,7 +397,7 @@ def test_kill_9_mid_build_keeps_the_previous_build_and_a_rerun_restarts_cleanly(
     while not any(n.endswith(".bin") for _, _, names in os.walk(out) for n in names):
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "no worker wrote examples in 120 s"
-        time.sleep(0.05)
+        time.sleep(0.01)
     workers = _children(proc.pid)
     proc.kill()  # SIGKILL: no clean-up runs in the parent
     proc.communicate(timeout=60)
