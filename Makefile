@@ -149,6 +149,7 @@ parity-curves: $(STAMP) $(if $(DATA_DIR),,default-data)
 	$(PY) -m tools.original_parity.curves $(if $(MIRROR),--mirror $(MIRROR),) --data-dir $(RUN_DATA_DIR) \
 		$(if $(STEPS),--steps $(STEPS),) $(if $(SEEDS),--seeds $(SEEDS),) \
 		$(if $(ALSO_MUTATION),--also-mutation $(ALSO_MUTATION),) $(if $(RUNS_DIR),--runs-dir $(RUNS_DIR),) \
+		$(if $(PROJECT_PRECISION),--project-precision $(PROJECT_PRECISION),) \
 		$(if $(REPORT_ONLY),--report-only,) --json data/parity_curves.json
 
 clean-venv:

@@ -6,6 +6,7 @@ the real thing, both sides, on a tiny TFRecord data dir.
 Run from the repository root (`make test` / `python -m pytest`), where `tools` is importable.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -305,3 +306,16 @@ def test_real_curves_smoke(tmp_path):
             assert len(values) == 3 and all(np.isfinite(values)), (side, name, values)
         assert all(0.0 <= v <= 1.0 for v in result["curves"][side]["disc_auc"][0])
     assert result["verdict"].startswith("CURVES")
+
+
+def test_project_precision_reaches_the_project_runs_only():
+    # `--project-precision mixed_bfloat16`: the project's runs train in bf16 against the
+    # original's float32 band; the original's children are not told (it has no such option).
+    args = argparse.Namespace(
+        mirror="m", rev="HEAD", data_dir="d", steps=10, every=5, batch=4, threads=1,
+        eval_set="e.npz", workdir="w", warmup=None, project_precision="mixed_bfloat16",
+    )  # fmt: skip
+    project = curves._child_cmd(args, "project", 1, "out.json")
+    original = curves._child_cmd(args, "original", 1, "out.json")
+    assert project[project.index("--project-precision") + 1] == "mixed_bfloat16"
+    assert "--project-precision" not in original

@@ -536,10 +536,12 @@ def run_project(args, hp: dict) -> dict:
     if args.mutation:
         apply_mutation(args.mutation)
     keras.utils.set_random_seed(args.seed)
+    precision = args.project_precision
     config = electra_tf.pretraining_config(
         "curves", args.data_dir,
-        hparams=dict(hp, seed=args.seed, precision="float32", jit_compile=False),
+        hparams=dict(hp, seed=args.seed, precision=precision, jit_compile=False),
     )  # fmt: skip
+    keras.mixed_precision.set_global_policy(precision)  # as the training run sets it
     model = build_model(config)
     optimizer = check.find_build_optimizer()(config, model)
     model.compile(optimizer=optimizer)
@@ -563,6 +565,8 @@ def run_project(args, hp: dict) -> dict:
     def evaluate(inputs, masked, uniform):
         draws = {"masked": masked, "sample_seed": tf.zeros([2], tf.int64), "uniform": uniform}
         out = model.forward(inputs, False, draws=draws)
+        # float32 for the metrics, whatever the --project-precision computed in.
+        out = {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in out.items()}
         mask = tf.cast(inputs["input_mask"], tf.float32)
         probs = tf.sigmoid(out["disc_logits"])
         return {
@@ -672,6 +676,8 @@ def _child_cmd(args, role: str, seed: int, out: str, mutation: str | None = None
         cmd += ["--warmup", str(args.warmup)]
     if mutation:
         cmd += ["--mutation", mutation]
+    if role == "project":
+        cmd += ["--project-precision", args.project_precision]
     return cmd
 
 
@@ -809,6 +815,10 @@ def main(argv=None) -> int:
                    help="fraction of a metric's points allowed outside the band")  # fmt: skip
     names = ", ".join(MUTATIONS) + " or one of mutations.py's"
     p.add_argument("--mutation", help=f"inject a bug into the project side: {names}")
+    p.add_argument("--project-precision", default="float32",
+                   choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                   help="the project side's precision (the original's is float32): with "
+                        "mixed_bfloat16, whether bf16 training stays in float32's band")  # fmt: skip
     p.add_argument("--also-mutation", action="append", default=[],
                    help="also run the project under this bug (repeatable) and report whether "
                    "the band check catches it; the exit status stays the clean run's")  # fmt: skip
