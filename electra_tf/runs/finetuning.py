@@ -163,48 +163,36 @@ def check_positions(config: FinetuningConfig, model_config: ModelConfig) -> None
         )
 
 
-def check_vocab_fits(
-    config: FinetuningConfig, model_config: ModelConfig, tasks: list[Task]
-) -> None:
-    """A vocabulary with more ids than the encoder has embedding rows: an error up front
-    (a VocabError: the command prints it as one line).
-
-    The usual cause: a checkpoint pre-trained with its own (smaller) vocabulary fine-tuned with
-    `<data_dir>/vocab.txt`, the original's default. Unchecked, that fails mid-training in an
-    out-of-range gather on CPU and reads zeros for the extra ids on GPU.
-    """
-    vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
-    if vocab > model_config.vocab_size:
-        source = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
-        raise VocabError(
-            f"vocabulary {config.resolved_vocab_file()} has {vocab} entries but {source} has "
-            f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary '
-            "the checkpoint was pre-trained with"
-        )
-
-
-def check_vocab_covers(
+def check_vocab_size(
     config: FinetuningConfig, model_config: ModelConfig, source: SourceWeights | None,
     tasks: list[Task],
 ) -> None:  # fmt: skip
-    """A vocabulary with fewer ids than a pre-trained encoder's embedding rows: an error too.
+    """The vocabulary's ids against the encoder's embedding rows, up front (a VocabError: the
+    command prints it as one line).
 
-    Such a vocabulary is another model's (a converted home beside the wrong vocab.txt), whose
-    ids mean other tokens to these embeddings. The one exception is a table padded on purpose:
-    a native checkpoint whose own run recorded this very vocabulary (pre-training with
-    `vocab_size` set above the vocabulary's size).
+    More ids than rows: the usual cause is a checkpoint pre-trained with its own (smaller)
+    vocabulary fine-tuned with `<data_dir>/vocab.txt`, the original's default. Unchecked, that
+    fails mid-training in an out-of-range gather on CPU and reads zeros for the extra ids on GPU.
+
+    Fewer ids than a pre-trained encoder's rows: another model's vocabulary (a converted home
+    beside the wrong vocab.txt), whose ids mean other tokens to these embeddings. The one
+    exception is a table padded on purpose: a native checkpoint whose own run recorded this
+    very vocabulary (pre-training with `vocab_size` set above the vocabulary's size).
     """
-    vocab = id_count(tasks[0].tokenizer.vocab)
-    if source is None or vocab >= model_config.vocab_size:
-        return
-    used = config.resolved_vocab_file()
-    recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
-    if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
+    vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
+    used, rows = config.resolved_vocab_file(), model_config.vocab_size
+    if vocab > rows:
+        model = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
+    elif vocab < rows and source is not None:
+        recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
+        if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
+            return
+        model = source.path
+    else:
         return
     raise VocabError(
-        f"vocabulary {used} has {vocab} entries but {source.path} has "
-        f'{model_config.vocab_size} embedding rows: set "vocab_file" to the vocabulary the '
-        "checkpoint was pre-trained with"
+        f"vocabulary {used} has {vocab} entries but {model} has {rows} embedding rows: "
+        'set "vocab_file" to the vocabulary the checkpoint was pre-trained with'
     )
 
 
@@ -249,8 +237,7 @@ class ModelRunner:
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
         self.preprocessor = Preprocessor(config, tasks)
         model_config, source = resolve_encoder(config, pretrained)
-        check_vocab_fits(config, model_config, tasks)
-        check_vocab_covers(config, model_config, source, tasks)
+        check_vocab_size(config, model_config, source, tasks)
         check_vocab_matches(config, source, tasks)
         self.model = FinetuningModel(
             model_config, tasks, self.preprocessor.specs, dtype=config.precision
