@@ -42,7 +42,7 @@ PER_HOST_KEYS = frozenset(
 _SHOWN = 160  # characters of a value in the error
 
 
-def describe_files(files: list[str]) -> str:
+def describe_training_files(files: list[str]) -> str:
     """The training files as compared between workers: names and sizes, with a digest."""
     sizes = [(os.path.basename(path), os.path.getsize(path)) for path in files]
     digest = hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:12]
@@ -75,7 +75,7 @@ def worker_settings(
     latest = tf.train.latest_checkpoint(config.resolved_model_dir())
     values.update(
         {
-            "training data": describe_files(files) if files else "none",
+            "training data": describe_training_files(files) if files else "none",
             "vocabulary": describe_vocab(config.resolved_vocab_file()),
             "resumes from": os.path.basename(latest) if latest else "a fresh start",
             "--allow-config-change": ",".join(sorted(allow_changes)) or "none",
