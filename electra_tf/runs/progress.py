@@ -85,19 +85,11 @@ class ProgressReporter:
         """Reports the period that ended at `step`; `tokens` = real tokens in that period,
         `examples` (shown where given) the examples in it."""
         now = self.clock()
-        period = max(now - self._last_time, 1e-9)
-        steps = step - self._last_step
-        rates = {"steps_per_sec": steps / period, "tokens_per_sec": tokens / period}
-        if examples is not None:
-            rates["examples_per_sec"] = examples / period
-        elapsed = now - self.start_time
-        done = step - self._start_step
-        eta = (self.total_steps - step) * elapsed / done if done > 0 else float("inf")
+        rates, timing = self._since_last_report(now, step, tokens, examples)
         self._last_time, self._last_step = now, step
         parts = [f"step {step}/{self.total_steps}"]
         parts += [f"{name} {value:.4f}" for name, value in console_metrics(metrics)]
-        parts += [f"lr {learning_rate:.3g}", *_rate_parts(rates)]
-        parts += [f"elapsed {format_duration(elapsed)}", f"ETA {format_duration(eta)}"]
+        parts += [f"lr {learning_rate:.3g}", *_rate_parts(rates), *timing]
         print(" | ".join(parts), file=self.stream, flush=True)
         self._last_print = now
         scalars = {**metrics, **rates, "learning_rate": learning_rate}
@@ -114,18 +106,26 @@ class ProgressReporter:
         if now - self._last_print < every_seconds:
             return False
         self._last_print = now
+        rates, timing = self._since_last_report(now, step, tokens, examples)
+        parts = [f"step {step}/{self.total_steps}", *_rate_parts(rates), *timing]
+        print(" | ".join(parts), file=self.stream, flush=True)
+        return True
+
+    def _since_last_report(
+        self, now: float, step: int, tokens: float, examples: float | None
+    ) -> tuple[dict[str, float], list[str]]:
+        """The rates over the period since the last report line, and the elapsed / ETA parts."""
         period = max(now - self._last_time, 1e-9)
+        rates = {
+            "steps_per_sec": (step - self._last_step) / period,
+            "tokens_per_sec": tokens / period,
+        }
+        if examples is not None:
+            rates["examples_per_sec"] = examples / period
         elapsed = now - self.start_time
         done = step - self._start_step
         eta = (self.total_steps - step) * elapsed / done if done > 0 else float("inf")
-        steps = step - self._last_step
-        rates = {"steps_per_sec": steps / period, "tokens_per_sec": tokens / period}
-        if examples is not None:
-            rates["examples_per_sec"] = examples / period
-        parts = [f"step {step}/{self.total_steps}", *_rate_parts(rates)]
-        parts += [f"elapsed {format_duration(elapsed)}", f"ETA {format_duration(eta)}"]
-        print(" | ".join(parts), file=self.stream, flush=True)
-        return True
+        return rates, [f"elapsed {format_duration(elapsed)}", f"ETA {format_duration(eta)}"]
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         if self.writer is None:
