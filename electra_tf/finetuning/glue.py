@@ -13,9 +13,10 @@ import os
 import sys
 from typing import Any
 
+from electra_tf.atomic_io import write_text
 from electra_tf.finetuning import heads, scorers
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.finetuning.task import DataError, FeatureSpec, Task
+from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task, log
 
 
 @dataclasses.dataclass
@@ -177,6 +178,25 @@ class SentenceTask(Task):
 
     def label_features(self, example: InputExample) -> dict[str, Any]:
         raise NotImplementedError
+
+    def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
+        """GLUE's submission files: `<task>_<split>_<trial>.tsv` (index, label or 0-5 score)
+        for every test split."""
+        for split in self.get_test_splits():
+            rows = []
+            labels = self.label_strings()
+            for result in predict(split):
+                if labels is None:  # STS: back to the 0-5 scale
+                    value = f"{float(result['predictions']) * self.max_value:.3f}"
+                else:
+                    value = labels[int(result["predictions"])]
+                rows.append((result["eid"], value))
+            path = os.path.join(out_dir, f"{self.name}_{split}_{trial}.tsv")
+            write_text(
+                path,
+                "index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in sorted(rows)),
+            )
+            log(f"Wrote {len(rows)} {self.name} {split} predictions to {path}")
 
 
 class ClassificationTask(SentenceTask):

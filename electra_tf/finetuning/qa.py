@@ -14,9 +14,10 @@ import json
 import os
 from typing import Any
 
+from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import heads
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.finetuning.task import DataError, FeatureSpec, Task
+from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task, log
 
 
 @dataclasses.dataclass
@@ -256,6 +257,25 @@ class QATask(Task):
         from electra_tf.finetuning.qa_predictions import SpanQAScorer
 
         return SpanQAScorer(self.config, self, split, self.v2)
+
+    def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
+        """SQuAD 2.0's submission: `squad_test_<trial>_predictions.json` (the answers, "" where
+        the null odds exceed `qa_na_threshold`) and `..._null_odds.json`; other QA tasks none."""
+        if self.name != "squad":
+            self.skip_test_predictions()
+            return
+        scorer = self.get_scorer("test")
+        for result in predict("test"):
+            scorer.update(result)
+        predictions, null_odds = scorer.write_predictions()
+        answers = {
+            q: ("" if null_odds[q] > self.config.qa_na_threshold else a)
+            for q, a in predictions.items()
+        }
+        path = os.path.join(out_dir, f"{self.name}_test_{trial}_predictions.json")
+        write_json(path, answers, indent=2)
+        write_json(path.replace("_predictions.json", "_null_odds.json"), null_odds)
+        log(f"Wrote {len(answers)} SQuAD test answers to {path}")
 
 
 class SQuADTask(QATask):

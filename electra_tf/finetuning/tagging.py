@@ -16,7 +16,7 @@ from typing import Any
 from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import heads, scorers
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.finetuning.task import DataError, FeatureSpec, Task
+from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task
 
 LABEL_ENCODING = "BIOES"
 
@@ -152,6 +152,10 @@ class TaggingTask(Task):
 
     def get_scorer(self, split: str = "dev") -> scorers.Scorer:
         return scorers.EntityLevelF1Scorer(self.label_mapping())
+
+    def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
+        """Chunking has no benchmark submission format: none written."""
+        self.skip_test_predictions()
 
 
 def make_tagging_task(name: str, config: FinetuningConfig, tokenizer: Any) -> TaggingTask:

@@ -2,13 +2,15 @@
 
 A task reads its raw split files into examples, featurizes an example into one or more flat
 feature dicts (`input_ids`, `input_mask`, `segment_ids`, `task_id` and `<task>_*` keys, the
-original's names), declares those keys' shapes (`feature_specs`), builds its head and its scorer.
+original's names), declares those keys' shapes (`feature_specs`), builds its head and its scorer,
+and writes its test-split predictions in its benchmark's submission format.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import tf_keras as keras
@@ -43,6 +45,15 @@ def shared_feature_specs(config: FinetuningConfig) -> list[FeatureSpec]:
         FeatureSpec("segment_ids", (length,)),
         FeatureSpec("task_id", ()),
     ]
+
+
+# `Task.write_test_predictions`' source: a split's name -> the task's per-example result dicts.
+Predict = Callable[[str], Iterable[dict[str, Any]]]
+
+
+def log(*args: Any) -> None:
+    """A console line, flushed at once (runs are watched live, often through a pipe)."""
+    print(*args, flush=True)
 
 
 class Task(abc.ABC):
@@ -85,3 +96,14 @@ class Task(abc.ABC):
     def label_strings(self) -> list[str] | None:
         """Label names for submission files; None for regression / span tasks."""
         return None
+
+    @abc.abstractmethod
+    def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
+        """This trial's test-split predictions, in the task's benchmark submission format,
+        written under `out_dir` (`write_test_outputs`); `predict(split)` yields the trained
+        model's result dict for every real example of the split. A task whose benchmark
+        takes no submission says so (`skip_test_predictions`)."""
+
+    def skip_test_predictions(self) -> None:
+        """The console line of a task that writes no test predictions."""
+        log(f"Skipping {self.name}: writing test predictions is GLUE / SQuAD 2.0 only")

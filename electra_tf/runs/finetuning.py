@@ -35,10 +35,8 @@ from electra_tf.finetuning.config import (
     size_of_encoder,
     user_config,
 )
-from electra_tf.finetuning.glue import SentenceTask
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.preprocessing import Preprocessor
-from electra_tf.finetuning.qa import QATask
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task
 from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
@@ -334,40 +332,18 @@ class ModelRunner:
         return results
 
     def write_test_outputs(self, trial: int) -> None:
-        """Test-split predictions in the benchmarks' submission formats (GLUE .tsv, SQuAD 2.0
-        answers + null odds .json) under `test_predictions_dir()`."""
+        """Every task's test-split predictions in its benchmark's submission format (GLUE .tsv,
+        SQuAD 2.0 answers + null odds .json) under `test_predictions_dir()`."""
         out_dir = self.config.test_predictions_dir()
         os.makedirs(out_dir, exist_ok=True)
         for task in self.tasks:
-            if isinstance(task, SentenceTask):
-                for split in task.get_test_splits():
-                    rows = []
-                    labels = task.label_strings()
-                    for _, result in self.predict([task], split):
-                        if labels is None:  # STS: back to the 0-5 scale
-                            value = f"{float(result['predictions']) * task.max_value:.3f}"
-                        else:
-                            value = labels[int(result["predictions"])]
-                        rows.append((result["eid"], value))
-                    path = os.path.join(out_dir, f"{task.name}_{split}_{trial}.tsv")
-                    write_text(
-                        path,
-                        "index\tprediction\n" + "".join(f"{i}\t{v}\n" for i, v in sorted(rows)),
-                    )
-                    log(f"Wrote {len(rows)} {task.name} {split} predictions to {path}")
-            elif isinstance(task, QATask) and task.name == "squad":
-                scorer = self.evaluate_task(task, "test")
-                predictions, null_odds = scorer.write_predictions()
-                answers = {
-                    q: ("" if null_odds[q] > self.config.qa_na_threshold else a)
-                    for q, a in predictions.items()
-                }
-                path = os.path.join(out_dir, f"{task.name}_test_{trial}_predictions.json")
-                write_json(path, answers, indent=2)
-                write_json(path.replace("_predictions.json", "_null_odds.json"), null_odds)
-                log(f"Wrote {len(answers)} SQuAD test answers to {path}")
-            else:
-                log(f"Skipping {task.name}: writing test predictions is GLUE / SQuAD 2.0 only")
+            predict = functools.partial(self.task_predictions, task)
+            task.write_test_predictions(predict, out_dir, trial)
+
+    def task_predictions(self, task: Task, split: str) -> Iterator[dict[str, Any]]:
+        """`task`'s per-example result dicts for the split (`Task.write_test_predictions`)."""
+        for _, result in self.predict([task], split):
+            yield result
 
 
 def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
