@@ -133,29 +133,27 @@ def _hf_config_only(folder, hidden, layers):
     [(1024, 24, "large", 5e-5, 0.9), (768, 12, "base", 1e-4, 0.8), (256, 12, "small", 1e-4, 0.8)],
 )
 def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, decay):
-    from electra_tf.runs.finetuning import checkpoint_model_size
+    from electra_tf.runs.finetuning import prepare_finetuning
 
     path = _hf_config_only(tmp_path / "disc", hidden, layers)
-    c = finetuning_config(
-        "m", "d", {"init_checkpoint": path}, "sst", checkpoint_size=checkpoint_model_size
-    )
+    plan = prepare_finetuning("m", "d", {"init_checkpoint": path}, "sst")
+    c = plan.config
     assert (c.model_size, c.learning_rate, c.layerwise_lr_decay) == (size, lr, decay)
+    # The encoder is the checkpoint's, with the fine-tuning config's dropout.
+    assert (plan.model_config.hidden_size, plan.model_config.num_hidden_layers) == (hidden, layers)
     # The user's explicit values still win over the rules (the original's second update).
-    c = finetuning_config(
-        "m", "d", {"init_checkpoint": path, "learning_rate": 3e-4}, "sst",
-        checkpoint_size=checkpoint_model_size,
-    )  # fmt: skip
+    c = prepare_finetuning("m", "d", {"init_checkpoint": path, "learning_rate": 3e-4}, "sst").config
     assert c.learning_rate == 3e-4
 
 
 def test_a_model_size_contradicting_the_checkpoint_is_refused(tmp_path):
     from electra_tf.finetuning.config import size_of_encoder
-    from electra_tf.runs.finetuning import check_model_size, checkpoint_model_size
+    from electra_tf.runs.finetuning import check_model_size, prepare_finetuning
 
     path = _hf_config_only(tmp_path / "disc", 1024, 24)
     hparams = {"init_checkpoint": path, "model_size": "small"}
     with pytest.raises(ConfigError, match="holds a large encoder"):
-        finetuning_config("m", "d", hparams, "sst", checkpoint_size=checkpoint_model_size)
+        prepare_finetuning("m", "d", hparams, "sst")
     # Built without the checkpoint's size (the API's plain call), the run refuses to start.
     plain = finetuning_config("m", "d", {"init_checkpoint": path}, "sst")
     large = finetuning_config("m", "d", {"model_size": "large"}, "sst").model_config()

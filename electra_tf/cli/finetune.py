@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             hparams = {**pretrained_hparams(args.pretrained), **hparams}
         # The init checkpoint, read once: the size rules (learning rate, layer-wise decay)
         # follow its encoder, and every trial starts from it.
-        config, pretrained = prepare_finetuning(
-            args.model_name, args.data_dir, hparams, tasks=args.tasks
-        )
+        plan = prepare_finetuning(args.model_name, args.data_dir, hparams, tasks=args.tasks)
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -77,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
         with RunLock(
-            config.resolved_model_dir(), f".finetune-{config.tasks_str}.lock", "model dir"
+            plan.config.resolved_model_dir(), f".finetune-{plan.config.tasks_str}.lock", "model dir"
         ):
-            run_finetuning(config, pretrained)
+            run_finetuning(plan)
     except (LockError, ConfigError) as e:  # a setting the data or the model refutes: input
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
@@ -23,7 +23,6 @@ from electra_tf.config import (
     MODEL_SIZES,
     ConfigError,
     ModelConfig,
-    PretrainingConfig,
     check_model_overrides,
     check_precision,
     check_ranges,
@@ -31,6 +30,7 @@ from electra_tf.config import (
     parse_hparams,
     replace_checked,
 )
+from electra_tf.finetuning.encoder_sizes import DEBUG_MODEL, size_of_encoder, sized_encoder
 
 # Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
 FINETUNING_CONFIG_FILE = "finetuning_config.json"
@@ -53,14 +53,6 @@ TASK_NAMES = (
     "searchqa",
     "chunk",
 )
-
-# The original's debug encoder (run_finetuning.FinetuningModel).
-DEBUG_MODEL = {
-    "num_hidden_layers": 3,
-    "hidden_size": 144,
-    "intermediate_size": 576,
-    "num_attention_heads": 4,
-}
 
 
 def is_qa_task(name: str) -> bool:
@@ -224,14 +216,9 @@ class FinetuningConfig:
         overrides = dict(self.model_hparam_overrides)
         if self.debug:
             overrides = {**DEBUG_MODEL, **overrides}
-        pre = PretrainingConfig(
-            model_size=self.model_size,
-            model_hparam_overrides=overrides,
-            embedding_size=self.embedding_size,
-            vocab_size=self.vocab_size,
-            max_seq_length=self.max_seq_length,
+        return sized_encoder(
+            self.model_size, overrides, self.embedding_size, self.vocab_size, self.max_seq_length
         )
-        return pre.discriminator_config()
 
     @property
     def tasks_str(self) -> str:
@@ -339,13 +326,6 @@ def file_sha1(path: str) -> str | None:
     return digest.hexdigest()
 
 
-def size_of_encoder(model_config: ModelConfig) -> str | None:
-    """The model size ("small", "base", "large") whose hidden size and depth an encoder has;
-    None for any other shape (a custom model follows the user's `model_size`)."""
-    shape = (model_config.hidden_size, model_config.num_hidden_layers)
-    return next((name for name, sizes in MODEL_SIZES.items() if sizes == shape), None)
-
-
 def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bool) -> dict:
     """The original's defaults that depend on the tasks, the model size and debug mode."""
     rules: dict[str, Any] = {}
@@ -406,26 +386,21 @@ def finetuning_config(
     data_dir: str = "data",
     hparams: str | Mapping[str, Any] | None = None,
     tasks: str | None = None,
-    checkpoint_size: Callable[[FinetuningConfig], str | None] | None = None,
-    checkpoint_config: PretrainingConfig | None = None,
+    checkpoint_encoder: ModelConfig | None = None,
 ) -> FinetuningConfig:
     """Defaults -> per-task/per-size rules -> hparams (+ `--tasks`, which wins over hparams).
 
-    `checkpoint_config`: the init checkpoint's config (`checkpoints.read_pretrained(path)
-    .config`; `runs.finetuning.prepare_finetuning` reads it). Or `checkpoint_size(config)`:
-    the model size of the init checkpoint's encoder (`runs.finetuning.checkpoint_model_size`).
-    The size rules (learning rate, layer-wise decay) then follow the checkpoint, and an
-    explicit `model_size` that contradicts it is an error: the original failed loudly on that
+    `checkpoint_encoder`: the init checkpoint's encoder (`checkpoints.read_pretrained(path)
+    .config.discriminator_config()`; `runs.finetuning.prepare_finetuning` reads it). The size
+    rules (learning rate, layer-wise decay) then follow the checkpoint, and an explicit
+    `model_size` that contradicts it is an error: the original failed loudly on that
     mismatch, a silent "small" learning rate for a Large model would not.
     """
     overrides = _overrides(hparams, tasks)
     config = FinetuningConfig(model_name=model_name, data_dir=data_dir)
     # Validate keys first so a typo is reported before any rule runs.
     probe = replace_checked(config, overrides, where="hparams")
-    if checkpoint_config is not None:
-        size = size_of_encoder(checkpoint_config.discriminator_config())
-    else:
-        size = checkpoint_size(probe) if checkpoint_size else None
+    size = size_of_encoder(checkpoint_encoder) if checkpoint_encoder is not None else None
     if size is not None:
         if overrides.get("model_size", size) != size:
             raise ConfigError(

@@ -2,7 +2,8 @@
 
 Each trial trains a fresh model (encoder from the init checkpoint, new heads) in
 `models/<model>/finetuning_models/<tasks>_model_<trial>`, evaluates the dev split, and rewrites
-`results/<tasks>_results.{txt,json}` with every trial so far and their median.
+`results/<tasks>_results.{txt,json}` with every trial so far and their median. Every trial
+starts from the run's one plan (`runs.finetuning_plan`: config, encoder config, weights).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import shutil
 import statistics
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -21,202 +22,38 @@ import tf_keras as keras
 
 from electra_tf import checkpoints, optimization
 from electra_tf.atomic_io import write_json, write_text
-from electra_tf.checkpoints import PretrainedModel, SourceWeights
+from electra_tf.checkpoints import PretrainedModel
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.config import ConfigError, ModelConfig, parse_hparams
-from electra_tf.data.tokenization import VocabError, id_count, load_vocab
 from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
     FinetuningConfig,
-    finetuning_config,
     save_finetuning_config,
-    size_of_encoder,
-    user_config,
 )
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-from electra_tf.finetuning.task import Task
+from electra_tf.finetuning.task import Task, log
 from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
+
+# The plan's names, also importable from here (where they were before the plan had a module).
+from electra_tf.runs.finetuning_plan import (  # noqa: F401 - re-exported
+    FINETUNING_MODEL_FIELDS,
+    FinetuningPlan,
+    as_plan,
+    check_model_size,
+    check_positions,
+    check_vocab_matches,
+    check_vocab_size,
+    init_checkpoint,
+    plan_finetuning,
+    prepare_finetuning,
+    read_init_checkpoint,
+    resolve_encoder,
+)
 from electra_tf.runs.pretraining_model import current_learning_rate
 from electra_tf.runs.progress import FitProgress, ProgressReporter
-
-
-def log(*args: Any) -> None:
-    """A console line, flushed at once (runs are watched live, often through a pipe)."""
-    print(*args, flush=True)
-
-
-# Encoder settings that do not change the weights' meaning: the fine-tuning config's win.
-FINETUNING_MODEL_FIELDS = (
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "initializer_range",
-)
-
-
-def read_init_checkpoint(config: FinetuningConfig) -> PretrainedModel | None:
-    """The config's init checkpoint, its format detected and its config read (the tensors on
-    first use), or None: random initialisation, or nothing there yet (the run reports that)."""
-    path = config.resolved_init_checkpoint()
-    if not path or not os.path.exists(path if os.path.isdir(path) else path + ".index"):
-        return None
-    return checkpoints.read_pretrained(path, config.init_checkpoint_format)
-
-
-def prepare_finetuning(
-    model_name: str,
-    data_dir: str,
-    hparams: str | Mapping[str, Any] | None = None,
-    tasks: str | None = None,
-) -> tuple[FinetuningConfig, PretrainedModel | None]:
-    """The run's config and its init checkpoint, read once; `run_finetuning(*prepared)`.
-
-    The init checkpoint is the one the user's values name (`--pretrained`, `init_checkpoint`
-    or `<data_dir>/models/<model_name>`); the size rules (learning rate, layer-wise decay)
-    follow its encoder, as `finetuning_config(..., checkpoint_config=...)` describes.
-    """
-    overrides = parse_hparams(hparams) if isinstance(hparams, str) or hparams is None else hparams
-    pretrained = read_init_checkpoint(user_config(model_name, data_dir, overrides, tasks))
-    config = finetuning_config(
-        model_name,
-        data_dir,
-        overrides,
-        tasks,
-        checkpoint_config=pretrained.config if pretrained else None,
-    )
-    if pretrained:  # before anything is written: the command's usage error (exit 2)
-        check_positions(config, pretrained.config.discriminator_config())
-    return config, pretrained
-
-
-def checkpoint_model_size(config: FinetuningConfig) -> str | None:
-    """The model size of the init checkpoint's encoder (from its config or shapes alone), or
-    None: no init checkpoint, none there yet (the run reports that), or a custom shape.
-    `finetuning_config(..., checkpoint_size=checkpoint_model_size)`; `prepare_finetuning`
-    reads the checkpoint once for both the config and the run."""
-    pretrained = read_init_checkpoint(config)
-    return size_of_encoder(pretrained.config.discriminator_config()) if pretrained else None
-
-
-def check_model_size(config: FinetuningConfig, model_config: ModelConfig) -> None:
-    """`model_size` picks the learning rate and layer-wise decay; it must be the encoder's."""
-    size = size_of_encoder(model_config)
-    if size is not None and size != config.model_size:
-        raise ConfigError(
-            f"model_size is {config.model_size!r} but {config.resolved_init_checkpoint()} holds "
-            f"a {size} encoder, so the learning-rate rules would be the wrong size's: build the "
-            f"config with prepare_finetuning(...) (the finetune command does) "
-            f'or set "model_size": "{size}"'
-        )
-
-
-def init_checkpoint(
-    config: FinetuningConfig, pretrained: PretrainedModel | None = None
-) -> PretrainedModel | None:
-    """`pretrained` (already read), else the config's init checkpoint read now (a missing one
-    is a CheckpointError); None when the encoder starts from random values."""
-    path = config.resolved_init_checkpoint()
-    if not path:
-        return None
-    return pretrained or checkpoints.read_pretrained(path, config.init_checkpoint_format)
-
-
-def resolve_encoder(
-    config: FinetuningConfig, pretrained: PretrainedModel | None = None
-) -> tuple[ModelConfig, SourceWeights | None]:
-    """The encoder config and, unless initialising randomly, the source weights.
-
-    `pretrained`: the init checkpoint, read (`read_init_checkpoint`); read here when None.
-    A checkpoint's own config (saved beside it, or inferred from its shapes) wins over
-    `model_size` for what defines the weights (sizes, vocabulary, activation); dropout and the
-    initializer range come from the fine-tuning config, as in the original, where fine-tuning
-    built its encoder from its own hparams. A model pre-trained without dropout still
-    fine-tunes with the fine-tuning config's dropout.
-    """
-    pretrained = init_checkpoint(config, pretrained)
-    if pretrained is None:
-        return config.model_config(), None
-    source = pretrained.weights()
-    finetuning = config.model_config()
-    model_config = dataclasses.replace(
-        source.config.discriminator_config(),
-        **{name: getattr(finetuning, name) for name in FINETUNING_MODEL_FIELDS},
-    )
-    check_model_size(config, model_config)
-    check_positions(config, model_config)
-    return model_config, source
-
-
-def check_positions(config: FinetuningConfig, model_config: ModelConfig) -> None:
-    """`max_seq_length` must fit the init checkpoint's position table: a ConfigError naming
-    both (it was a raw ValueError traceback from inside the run)."""
-    if config.max_seq_length > model_config.max_position_embeddings:
-        raise ConfigError(
-            f"max_seq_length {config.max_seq_length} exceeds the max_position_embeddings "
-            f"{model_config.max_position_embeddings} of {config.resolved_init_checkpoint()}: "
-            f"set max_seq_length to at most {model_config.max_position_embeddings}"
-        )
-
-
-def check_vocab_size(
-    config: FinetuningConfig, model_config: ModelConfig, source: SourceWeights | None,
-    tasks: list[Task],
-) -> None:  # fmt: skip
-    """The vocabulary's ids against the encoder's embedding rows, up front (a VocabError: the
-    command prints it as one line).
-
-    More ids than rows: the usual cause is a checkpoint pre-trained with its own (smaller)
-    vocabulary fine-tuned with `<data_dir>/vocab.txt`, the original's default. Unchecked, that
-    fails mid-training in an out-of-range gather on CPU and reads zeros for the extra ids on GPU.
-
-    Fewer ids than a pre-trained encoder's rows: another model's vocabulary (a converted home
-    beside the wrong vocab.txt), whose ids mean other tokens to these embeddings. The one
-    exception is a table padded on purpose: a native checkpoint whose own run recorded this
-    very vocabulary (pre-training with `vocab_size` set above the vocabulary's size).
-    """
-    vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
-    used, rows = config.resolved_vocab_file(), model_config.vocab_size
-    if vocab > rows:
-        model = config.resolved_init_checkpoint() or "the random-init model (vocab_size)"
-    elif vocab < rows and source is not None:
-        recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
-        if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
-            return
-        model = source.path
-    else:
-        return
-    raise VocabError(
-        f"vocabulary {used} has {vocab} entries but {model} has {rows} embedding rows: "
-        'set "vocab_file" to the vocabulary the checkpoint was pre-trained with'
-    )
-
-
-def check_vocab_matches(
-    config: FinetuningConfig, source: SourceWeights | None, tasks: list[Task]
-) -> None:
-    """Warns when a native checkpoint was pre-trained with a different vocabulary file.
-
-    The run's config.json records the vocabulary it used; when that file still exists and its
-    token -> id map differs from the one fine-tuning tokenizes with, the encoder's embedding
-    rows mean other tokens. A warning, not an error: editing a copy (BERT's [unusedN] slots
-    given domain words) is deliberate.
-    """
-    if source is None or source.fmt != "native":
-        return
-    recorded, used = source.config.resolved_vocab_file(), config.resolved_vocab_file()
-    if not os.path.isfile(recorded) or os.path.samefile(recorded, used):
-        return
-    theirs, ours = load_vocab(recorded, required=()), tasks[0].tokenizer.vocab
-    moved = sum(ours.get(token) != i for token, i in theirs.items())
-    if moved:
-        log(
-            f"WARNING: {used} is not the vocabulary {source.path} was pre-trained with "
-            f"({recorded}): {moved} of its {len(theirs)} tokens have another id or none. "
-            'Set "vocab_file" to the pre-training vocabulary unless the change is deliberate.'
-        )
 
 
 class ModelRunner:
@@ -224,17 +61,18 @@ class ModelRunner:
 
     def __init__(
         self,
-        config: FinetuningConfig,
+        config: FinetuningConfig | FinetuningPlan,
         tasks: list[Task],
         model_dir: str,
         pretrained: PretrainedModel | None = None,
     ):
-        """`pretrained`: the init checkpoint, read once per run (`read_init_checkpoint`);
-        None reads the config's own here."""
-        config = config.resolve()  # a precision still "auto" (no machine probed): float32
+        """`config`: the run's plan (`prepare_finetuning`), or a config alone, planned here
+        (`as_plan`: `pretrained`, its init checkpoint already read, else read now)."""
+        plan = as_plan(config, pretrained)
+        config = plan.config.resolve()  # a precision still "auto" (no machine probed): float32
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
         self.preprocessor = Preprocessor(config, tasks)
-        model_config, source = resolve_encoder(config, pretrained)
+        model_config, source = plan.model_config, plan.weights()
         check_vocab_size(config, model_config, source, tasks)
         check_vocab_matches(config, source, tasks)
         self.model = FinetuningModel(
@@ -384,22 +222,9 @@ def resolve_precision(config: FinetuningConfig, machine: Machine | None = None) 
     return config
 
 
-def run_finetuning(
-    config: FinetuningConfig,
-    pretrained: PretrainedModel | None = None,
-    machine: Machine | None = None,
-) -> list[dict[str, dict[str, float]]]:
-    """Every trial: train (or restore), evaluate, write the results so far.
-
-    `pretrained`: the config's init checkpoint, read (`prepare_finetuning`); when None, it is
-    read at the first trial. Either way every trial starts from the one read. `machine`: what
-    a precision "auto" resolves against (None: `probe_machine()`).
-    """
-    if config.num_trials < 1:
-        raise ValueError("num_trials must be >= 1")
-    config = resolve_precision(config, machine)
-    tokenizer = make_tokenizer(config)
-    tasks = get_tasks(config, tokenizer)
+def check_model_dirs(config: FinetuningConfig) -> None:
+    """Before any trial starts: no trial's model dir holds a model `overwrite` does not allow
+    replacing (a FileExistsError naming it)."""
     if config.do_train:
         for trial in range(1, config.num_trials + 1):
             model_dir = config.model_dir(trial)
@@ -407,6 +232,28 @@ def run_finetuning(
                 raise FileExistsError(
                     f"{model_dir} exists; pass --hparams '{{\"overwrite\": true}}' to replace it"
                 )
+
+
+def run_finetuning(
+    config: FinetuningConfig | FinetuningPlan,
+    pretrained: PretrainedModel | None = None,
+    machine: Machine | None = None,
+) -> list[dict[str, dict[str, float]]]:
+    """Every trial: train (or restore), evaluate, write the results so far.
+
+    `config`: the run's plan (`prepare_finetuning`), or a config alone with `pretrained`, its
+    init checkpoint already read (None: read at the first trial). Either way every trial starts
+    from the one plan. `machine`: what a precision "auto" resolves against (None:
+    `probe_machine()`).
+    """
+    if not isinstance(config, FinetuningPlan):
+        config = FinetuningPlan(config, None, pretrained)  # planned at the first trial
+    if config.config.num_trials < 1:
+        raise ValueError("num_trials must be >= 1")
+    plan = dataclasses.replace(config, config=resolve_precision(config.config, machine))
+    config = plan.config
+    tasks = get_tasks(config, make_tokenizer(config))
+    check_model_dirs(config)
     results = []
     for trial in range(1, config.num_trials + 1):
         log(f"=== {config.tasks_str}: model={config.model_name}, trial {trial}/{config.num_trials}")
@@ -415,8 +262,8 @@ def run_finetuning(
         if config.do_train and os.path.exists(model_dir):
             shutil.rmtree(model_dir)  # checked above: empty, or `overwrite` is set
         os.makedirs(model_dir, exist_ok=True)
-        pretrained = init_checkpoint(config, pretrained)
-        runner = ModelRunner(config, tasks, model_dir, pretrained)
+        plan = as_plan(plan)  # the first trial reads an init checkpoint not read before
+        runner = ModelRunner(plan, tasks, model_dir)
         if config.do_train:
             runner.train()
         else:
