@@ -139,8 +139,10 @@ def test_size_rules_follow_the_checkpoint(tmp_path, hidden, layers, size, lr, de
     plan = prepare_finetuning("m", "d", {"init_checkpoint": path}, "sst")
     c = plan.config
     assert (c.model_size, c.learning_rate, c.layerwise_lr_decay) == (size, lr, decay)
-    # The encoder is the checkpoint's, with the fine-tuning config's dropout.
+    # The encoder is the checkpoint's; the plan still unpacks as (config, pretrained).
     assert (plan.model_config.hidden_size, plan.model_config.num_hidden_layers) == (hidden, layers)
+    config, pretrained = plan
+    assert config is plan.config and pretrained is plan.pretrained and pretrained.fmt == "hf"
     # The user's explicit values still win over the rules (the original's second update).
     c = prepare_finetuning("m", "d", {"init_checkpoint": path, "learning_rate": 3e-4}, "sst").config
     assert c.learning_rate == 3e-4
@@ -161,3 +163,35 @@ def test_a_model_size_contradicting_the_checkpoint_is_refused(tmp_path):
     with pytest.raises(ConfigError, match='"model_size": "large"'):
         check_model_size(plain, large)
     check_model_size(plain, plain.model_config())  # a small encoder: no complaint
+
+
+@pytest.mark.parametrize(
+    "hparams",
+    [
+        {"model_size": "small"},
+        {"model_size": "large", "max_seq_length": 1024},
+        {"model_size": "base", "model_hparam_overrides": {"hidden_size": 96}, "vocab_size": 99},
+        {"debug": True, "embedding_size": 48},
+    ],
+)
+def test_the_encoder_is_sized_without_a_pretraining_config(monkeypatch, hparams):
+    """The size table's encoder, as pre-training's `discriminator_config()` sizes it, built
+    without a throwaway PretrainingConfig."""
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.finetuning.config import DEBUG_MODEL
+
+    c = finetuning_config("m", "d", hparams, "rte")
+    overrides = {**(DEBUG_MODEL if c.debug else {}), **c.model_hparam_overrides}
+    expected = PretrainingConfig(
+        model_size=c.model_size,
+        model_hparam_overrides=overrides,
+        embedding_size=c.embedding_size,
+        vocab_size=c.vocab_size,
+        max_seq_length=c.max_seq_length,
+    ).discriminator_config()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("fine-tuning built a PretrainingConfig to size its encoder")
+
+    monkeypatch.setattr(PretrainingConfig, "__init__", refuse)
+    assert c.model_config() == expected

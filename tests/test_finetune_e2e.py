@@ -343,14 +343,20 @@ def count_checkpoint_reads(monkeypatch):
 
 @pytest.mark.parametrize("fmt", ["native", "original", "hf"])
 def test_pretrained_is_read_once_per_run(data_dir, monkeypatch, capsys, fmt):
-    """`--pretrained DIR`: the format detected once, the config read once and the tensors
-    read once, for the config's size rules and for both trials."""
+    """`--pretrained DIR`: the format detected once, the config read once, the tensors read
+    once and the model size checked once, for the config's size rules and for both trials."""
+    from electra_tf.finetuning import config as finetuning_config_module
+    from electra_tf.runs import finetuning_plan
+
     folder = _pretrained_folder(data_dir, fmt)
     counts = count_checkpoint_reads(monkeypatch)
+    counts["size"] = 0  # the model size checked against the checkpoint's encoder: once
+    _count_calls(monkeypatch, counts, "size", finetuning_config_module, "size_of_encoder")
+    _count_calls(monkeypatch, counts, "size", finetuning_plan, "size_of_encoder")
     hparams = {**TINY, "num_trials": 2}
     argv = ["--data-dir", str(data_dir), "--model-name", "tiny", "--tasks", "sst"]
     assert finetune.main([*argv, "--hparams", json.dumps(hparams), "--pretrained", folder]) == 0
-    assert counts == {"detect": 1, "config": 1, "tensors": 1}
+    assert counts == {"detect": 1, "config": 1, "tensors": 1, "size": 1}
     out = capsys.readouterr().out
     assert out.count(f"({fmt})") == 2 and "Loaded" in out  # both trials start from it
 

@@ -85,8 +85,11 @@ def test_span_scorer_on_crafted_outputs(data_dir):
     assert results["best_exact"] == pytest.approx(100.0)  # any threshold in [-1, 2) is perfect
 
 
-def test_multitask_squad_and_chunk_run(data_dir):
+def test_multitask_squad_and_chunk_run(data_dir, capsys):
     from electra_tf.runs.finetuning import run_finetuning
+
+    squad = data_dir / "finetuning_data" / "squad"
+    (squad / "test.json").write_text((squad / "dev.json").read_text())
 
     hparams = {
         "init_checkpoint": None,
@@ -104,6 +107,7 @@ def test_multitask_squad_and_chunk_run(data_dir):
         "train_batch_size": 4,
         "eval_batch_size": 4,
         "num_train_epochs": 1,
+        "write_test_outputs": True,
     }
     config = finetuning_config("m", str(data_dir), hparams)
     (results,) = run_finetuning(config)
@@ -113,3 +117,11 @@ def test_multitask_squad_and_chunk_run(data_dir):
     qa_dir = data_dir / "models" / "m" / "results" / "squad,chunk_qa"
     assert set(json.loads((qa_dir / "squad_preds.json").read_text())) == {"q1", "q2", "q3"}
     assert (qa_dir / "squad_null_odds.json").exists()
+    # Test predictions: SQuAD 2.0's answers ("" past the null-odds threshold) and null odds;
+    # chunking has no submission format.
+    out = data_dir / "models" / "m" / "test_predictions"
+    answers = json.loads((out / "squad_test_1_predictions.json").read_text())
+    odds = json.loads((out / "squad_test_1_null_odds.json").read_text())
+    assert set(answers) == set(odds) == {"q1", "q2", "q3"}
+    assert all((answers[q] == "") == (odds[q] > config.qa_na_threshold) for q in answers)
+    assert "Skipping chunk: writing test predictions" in capsys.readouterr().out

@@ -247,3 +247,28 @@ def test_chunk_reader_features_and_errors(data_dir):
     (data_dir / "finetuning_data" / "chunk" / "test.txt").write_text("the DT B-NP\ncat\n")
     with pytest.raises(DataError, match=r"chunk/test\.txt:2: expected 'word ... tag'"):
         t._sentences("test")
+
+
+def test_tasks_write_their_own_test_predictions(data_dir, capsys):
+    """Each task kind writes its benchmark's submission file from the model's results (here
+    crafted), or says it writes none: the runner needs no branch on task kinds."""
+    out = data_dir / "out"
+    out.mkdir()
+    mnli, _ = make(data_dir, "mnli", {})
+    results = {"test_matched": [(1, 2), (0, 0)], "test_mismatched": [(0, 1)], "diagnostic": []}
+    mnli.write_test_predictions(
+        lambda split: ({"eid": e, "predictions": p} for e, p in results[split]), str(out), 3
+    )
+    assert (out / "mnli_test_matched_3.tsv").read_text() == (
+        "index\tprediction\n0\tcontradiction\n1\tneutral\n"
+    )
+    assert (out / "mnli_test_mismatched_3.tsv").read_text().endswith("0\tentailment\n")
+    sts, _ = make(data_dir, "sts", {})
+    sts.write_test_predictions(lambda split: iter([{"eid": 0, "predictions": 0.5}]), str(out), 1)
+    assert (out / "sts_test_1.tsv").read_text() == "index\tprediction\n0\t2.500\n"  # 0-5 scale
+    assert "Wrote 2 mnli test_matched predictions" in capsys.readouterr().out
+    for name in ("chunk", "squadv1"):  # no submission format: nothing written, one line said
+        task, _ = make(data_dir, name, {})
+        task.write_test_predictions(lambda split: iter(()), str(out), 1)
+        assert f"Skipping {name}: writing test predictions" in capsys.readouterr().out
+    assert len(list(out.iterdir())) == 4  # mnli's three test splits (diagnostic: empty), sts
