@@ -206,15 +206,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import tensorflow as tf
-
-    from bench.matmul_peak import matmul_peak
+    from bench.machine import matmul_peaks
 
     _set_threads(args.intra, args.inter)
-    return {
-        "float32_gflops": matmul_peak(tf.float32),
-        "bfloat16_gflops": matmul_peak(tf.bfloat16),
-    }
+    return matmul_peaks()
 
 
 # ---------------------------------------------------------------------------------- parent

@@ -47,7 +47,7 @@ def summarise(
 
     `task_of`: configuration -> "pretrain" or "finetune" (which peers apply);
     `flops_per_token(task, seq)`: matrix-product FLOPs of one token's step (for MFU);
-    `peak`: `bench.matmul_peak`'s float32 / bfloat16 GFLOP/s (None: no MFU).
+    `peak`: `bench.machine.matmul_peaks`' float32 / bfloat16 GFLOP/s (None: no MFU).
     A configuration with no record at a length gives a row with `failed` set.
     """
     rows = []
