@@ -63,7 +63,7 @@ CONFIGS: dict[str, dict] = {
     "mg-fp32+xla": {"kind": "peer", "precision": "float32", "jit": "on"},
     # Hugging Face PyTorch under --hf-python (bench/peer_torch.py).
     "hf-fp32": {"kind": "torch", "command": "pretrain"},
-    # The fine-tuning step of a GLUE classifier (bench/finetune_step.py) and its PyTorch peer.
+    # The fine-tuning step of a GLUE classifier (bench/project_step.py) and its PyTorch peer.
     "finetune": {"kind": "finetune", "task": "finetune"},
     "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
     "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
@@ -167,7 +167,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     _set_threads(*settings.get("threads", (args.intra, args.inter)))
     start = time.perf_counter()
     if settings["kind"] == "peer":
-        from bench.peer_model_garden import build_peer_step
+        from bench.project_step import build_peer_step
 
         step, inputs, params = build_peer_step(args.batch, args.seq, jit=settings["jit"] == "on")
         resolved = {"precision": "float32", "jit_compile": settings["jit"] == "on"}
@@ -183,7 +183,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             args.batch, args.seq, settings["precision"], settings["jit"], hparams
         )
     elif settings["kind"] == "finetune":
-        from bench.finetune_step import build_finetune_step
+        from bench.project_step import build_finetune_step
 
         run_step, params, resolved = build_finetune_step(
             args.batch, args.seq, json.loads(args.hparams), settings.get("precision", "float32")
