@@ -55,14 +55,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 from bench import machine
-from bench.bench_train import checkout_revision, default_peer_python, harness_command
+from bench.harness import checkout_revision, default_peer_python, harness_command, run_peer, timed
 from electra_tf import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER_TORCH = os.path.join(REPO, "bench", "peer_torch.py")
 SIGNATURES = ("serving_default", "encode_ids")
 PEERS = ("HF PyTorch", "ONNX Runtime fp32", "ONNX Runtime int8", "baseline")
 
@@ -152,18 +150,6 @@ def sample_texts(vocab_file: str, batch: int, seq_len: int) -> list[str]:
         " ".join(words[(i * 131 + j * 7) % len(words)] for j in range(seq_len * 2))
         for i in range(batch)
     ]
-
-
-def timed(fn, warmup: int, calls: int) -> list[float]:
-    """Seconds of each of `calls` calls of `fn`, after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -290,17 +276,6 @@ def _int_batches(timings: dict) -> dict:
     return {sig: {int(b): t for b, t in by_batch.items()} for sig, by_batch in timings.items()}
 
 
-def run_peer(python: str, command: list[str], what: str) -> tuple[list[dict], str]:
-    """bench/peer_torch.py under `python`: (its JSON records, "" or why there are none)."""
-    if not python or not os.path.exists(python):
-        return [], f"skipped (no {what} interpreter; bench/README.md says how to make one)"
-    run = subprocess.run([python, PEER_TORCH, *command], capture_output=True, text=True)
-    if run.returncode != 0:
-        last = (run.stderr.strip().splitlines() or ["?"])[-1]
-        return [], f"skipped ({python} failed: {last})"
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")], ""
-
-
 def peer_command(kind: str, workdir: str, args: argparse.Namespace) -> list[str]:
     command = [kind, "--seq", str(args.seq), "--batches", ",".join(map(str, args.batches))]
     command += ["--calls", str(args.calls), "--warmup", str(args.warmup)]
@@ -417,8 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as workdir:
             vocab_file = args.vocab_file or find_vocab(None, workdir)[0]
             results, _ = bench_tf(vocab_file, workdir, args)
-        with open(args.tf_json, "w", encoding="utf-8") as f:
-            json.dump(results, f)
+        atomic_io.write_json(args.tf_json, results)
         return 0
     load_start = machine.load_average()
     peak = machine.measure_peak()
@@ -433,8 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         for variant, by_signature in results.items()
     }
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": summary, "notes": notes, **run_info}, f, indent=2)
+        atomic_io.write_json(args.json, {"rows": summary, "notes": notes, **run_info}, indent=2)
     from electra_tf.evaluation import plots  # not at the top: see bench_train.write_outputs
 
     png = None if args.no_png else plots.png_path(args.png, args.json)

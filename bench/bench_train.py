@@ -36,6 +36,15 @@ import sys
 import time
 from typing import Any
 
+from bench.harness import (
+    PEER_TORCH,
+    checkout_revision,
+    default_peer_python,
+    harness_command,
+    run_extra,
+    timed,
+)
+from bench.train_table import flops_per_token
 from electra_tf import atomic_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,7 +72,7 @@ CONFIGS: dict[str, dict] = {
     "mg-fp32+xla": {"kind": "peer", "precision": "float32", "jit": "on"},
     # Hugging Face PyTorch under --hf-python (bench/peer_torch.py).
     "hf-fp32": {"kind": "torch", "command": "pretrain"},
-    # The fine-tuning step of a GLUE classifier (bench/finetune_step.py) and its PyTorch peer.
+    # The fine-tuning step of a GLUE classifier (bench/project_step.py) and its PyTorch peer.
     "finetune": {"kind": "finetune", "task": "finetune"},
     "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
     "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
@@ -71,71 +80,11 @@ CONFIGS: dict[str, dict] = {
 DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32,hf-fp32,finetune,hf-finetune"
 PEER = "mg-fp32"
 BASELINE = "baseline"
-PEER_TORCH = os.path.join(HERE, "peer_torch.py")
 
 
 def task_of(name: str) -> str:
     """ "pretrain" or "finetune": the step a configuration times."""
     return CONFIGS["default" if name == BASELINE else name].get("task", "pretrain")
-
-
-def default_peer_python() -> str:
-    """$ELECTRA_PEER_PYTHON, else /tmp/hfenv/bin/python where it exists, else none."""
-    for path in (os.environ.get("ELECTRA_PEER_PYTHON", ""), "/tmp/hfenv/bin/python"):
-        if path and os.path.exists(path):
-            return path
-    return ""
-
-
-def checkout_revision(directory: str) -> str:
-    """The commit a checkout is at (or why not), for a baseline row's label (also bench_serve's)."""
-    try:
-        proc = subprocess.run(
-            ["git", "-C", directory, "log", "-1", "--format=%h %s"],
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"no git: {e}"
-    return proc.stdout.strip()[:70] or "no git"
-
-
-def _encoder_flops(seq: int, hidden: int, layers: int, ffn: int) -> float:
-    """Forward matrix-product FLOPs per token of one encoder."""
-    dense = 4 * hidden * hidden + 2 * hidden * ffn  # q, k, v, output; FFN in and out
-    attention = 2 * seq * hidden  # scores and context, per token
-    return 2.0 * layers * (dense + attention)
-
-
-def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
-    """Matrix-product FLOPs per token of one ELECTRA-Small train step (forward x 3).
-
-    Counts every dense layer and both attention products of the discriminator (12 x 256, FFN
-    1024) and generator (12 x 64, FFN 256), both embedding projections (128 -> H), the
-    discriminator head, and the generator head at the masked positions only (the fraction
-    max_predictions / seq of tokens). Backward costs twice the forward.
-    """
-    embedding = 128
-    masked_fraction = int((0.15 + 0.005) * seq) / seq
-    forward = (
-        _encoder_flops(seq, 256, 12, 1024)
-        + _encoder_flops(seq, 64, 12, 256)
-        + 2.0 * embedding * (256 + 64)  # embeddings_project of both towers
-        + 2.0 * 256 * 256  # discriminator_predictions/dense
-        + masked_fraction * 2.0 * (64 * embedding + embedding * vocab)  # generator head
-    )
-    return 3.0 * forward
-
-
-def electra_small_finetune_flops_per_token(seq: int) -> float:
-    """Matrix-product FLOPs per token of one classifier fine-tuning step (forward x 3): the
-    discriminator's encoder and embedding projection (the [CLS] head is one row in `seq`)."""
-    return 3.0 * (_encoder_flops(seq, 256, 12, 1024) + 2.0 * 128 * 256)
-
-
-def flops_per_token(task: str, seq: int) -> float:
-    if task == "finetune":
-        return electra_small_finetune_flops_per_token(seq)
-    return electra_small_train_flops_per_token(seq)
 
 
 # ---------------------------------------------------------------------------------- workers
@@ -152,22 +101,12 @@ def _set_threads(intra: int, inter: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(inter)
 
 
-def _time_steps(run_step, steps: int, warmup: int) -> list[float]:
-    times = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        run_step()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return times
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     settings = CONFIGS[args.worker]
     _set_threads(*settings.get("threads", (args.intra, args.inter)))
     start = time.perf_counter()
     if settings["kind"] == "peer":
-        from bench.peer_model_garden import build_peer_step
+        from bench.project_step import build_peer_step
 
         step, inputs, params = build_peer_step(args.batch, args.seq, jit=settings["jit"] == "on")
         resolved = {"precision": "float32", "jit_compile": settings["jit"] == "on"}
@@ -183,7 +122,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             args.batch, args.seq, settings["precision"], settings["jit"], hparams
         )
     elif settings["kind"] == "finetune":
-        from bench.finetune_step import build_finetune_step
+        from bench.project_step import build_finetune_step
 
         run_step, params, resolved = build_finetune_step(
             args.batch, args.seq, json.loads(args.hparams), settings.get("precision", "float32")
@@ -191,7 +130,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")
     build_seconds = time.perf_counter() - start
-    times = _time_steps(run_step, args.steps, args.warmup)
+    times = timed(run_step, args.warmup, args.steps)
     step_s = statistics.median(times)
     return {
         "config": args.worker,
@@ -206,35 +145,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def matmul_worker(args: argparse.Namespace) -> dict[str, Any]:
-    import tensorflow as tf
-
-    from bench.matmul_peak import matmul_peak
+    from bench.machine import matmul_peaks
 
     _set_threads(args.intra, args.inter)
-    return {
-        "float32_gflops": matmul_peak(tf.float32),
-        "bfloat16_gflops": matmul_peak(tf.bfloat16),
-    }
+    return matmul_peaks()
 
 
 # ---------------------------------------------------------------------------------- parent
-# A child's entry point: `bench` from the harness checkout, imported first, then `electra_tf`
-# from the package checkout (put first on sys.path after `bench` is bound to the harness's).
-HARNESS_CODE = """import importlib, sys
-harness, package, module = sys.argv[1:4]
-sys.path.insert(0, harness)
-main = importlib.import_module("bench." + module).main
-sys.path.insert(0, package)
-sys.exit(main(sys.argv[4:]))
-"""
-
-
-def harness_command(harness: str, package: str, module: str) -> list[str]:
-    """The command line that runs `bench.<module>`'s `main` from the checkout `harness` with
-    the `electra_tf` package of the checkout `package` (the same, or a --baseline's)."""
-    return [sys.executable, "-c", HARNESS_CODE, harness, package, module]
-
-
 def run_child(
     extra: list[str],
     args: argparse.Namespace,
@@ -290,23 +207,6 @@ def run_torch_child(
         "torch": records[0]["torch"],
         "threads": [records[0]["threads"], 0],
     }
-
-
-def run_extra(module: str, timeout: float) -> str:
-    """Runs another bench module (data prep, serving) and returns its output."""
-    if not os.path.exists(os.path.join(HERE, f"{module}.py")):
-        return f"{module}: not present"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    command = [sys.executable, "-m", f"bench.{module}"]
-    try:
-        proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
-        )
-    except subprocess.TimeoutExpired:
-        return f"{module}: timed out after {timeout:.0f} s"
-    if proc.returncode:
-        return f"{module}: failed (exit {proc.returncode})\n{proc.stderr[-1500:]}"
-    return proc.stdout.strip()
 
 
 def int_list(text: str) -> list[int]:
@@ -497,10 +397,7 @@ def write_outputs(args: argparse.Namespace, result: dict[str, Any], header: str)
     from electra_tf.evaluation import plots
 
     if args.json:
-        tmp = f"{args.json}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        os.replace(tmp, args.json)
+        atomic_io.write_json(args.json, result, indent=2)
     png = plots.png_path(args.png, args.json)
     if png:
         draw(png, result["summary"]["rows"], header)

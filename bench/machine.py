@@ -2,6 +2,11 @@
 `tf.matmul` peak, and the load average when the run started and ended.
 
 A speed holds for one processor and one load; a table that does not say which is no figure.
+
+The peak (the MFU denominator of `make bench`): square products inside one tf.function loop
+(no per-product Python overhead), the best GFLOP/s over a few sizes and repeats: the peak a
+train step could reach if it were nothing but large GEMMs. `python -m bench.machine [--json]`
+prints it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,11 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,11 +63,51 @@ def processor() -> str:
     return f"{model}, {os.cpu_count()} CPUs, {isa}"
 
 
+def matmul_gflops(dtype: tf.DType, size: int, iters: int) -> float:
+    """GFLOP/s of `iters` chained [size, size] x [size, size] products in `dtype`."""
+    import tensorflow as tf
+
+    a = tf.random.normal((size, size), stddev=1.0 / size**0.5, dtype=tf.float32)
+    a = tf.cast(a, dtype)
+    b = tf.cast(tf.random.normal((size, size), stddev=1.0 / size**0.5), dtype)
+
+    @tf.function
+    def run(x: tf.Tensor) -> tf.Tensor:
+        # The chain makes every product depend on the previous one, so none can be skipped.
+        for _ in tf.range(iters):
+            x = tf.matmul(x, b)
+        return tf.reduce_sum(tf.cast(x, tf.float32))
+
+    run(a).numpy()  # trace + warm the kernels
+    start = time.perf_counter()
+    run(a).numpy()
+    seconds = time.perf_counter() - start
+    return 2.0 * size**3 * iters / seconds / 1e9
+
+
+def matmul_peak(dtype: tf.DType, repeats: int = 2) -> float:
+    """Best GFLOP/s over a few sizes near the ones the train step uses."""
+    best = 0.0
+    for size in (1024, 2048):
+        iters = 10 if size == 1024 else 2
+        for _ in range(repeats):
+            best = max(best, matmul_gflops(dtype, size, iters))
+    return best
+
+
+def matmul_peaks() -> dict[str, float]:
+    """{"float32_gflops": ..., "bfloat16_gflops": ...}: `matmul_peak` in both, in this process
+    (with its threads)."""
+    import tensorflow as tf
+
+    return {f"{name}_gflops": matmul_peak(getattr(tf, name)) for name in ("float32", "bfloat16")}
+
+
 def measure_peak(timeout: float = 600) -> dict[str, float] | None:
-    """`bench.matmul_peak`'s float32 and bfloat16 GFLOP/s, measured in a fresh process (with
-    TensorFlow's default threads, whatever the caller's own process has set), or None."""
+    """`matmul_peaks`, measured in a fresh process (with TensorFlow's default threads,
+    whatever the caller's own process has set), or None."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    command = [sys.executable, "-m", "bench.matmul_peak", "--json"]
+    command = [sys.executable, "-m", "bench.machine", "--json"]
     try:
         proc = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
@@ -74,7 +124,7 @@ def load_average() -> float:
 
 
 def header(peak: dict[str, float] | None, load_start: float, load_end: float | None = None) -> str:
-    """One line for above a table: processor, matmul peak (`bench.matmul_peak`'s GFLOP/s in
+    """One line for above a table: processor, matmul peak (`matmul_peaks`' GFLOP/s in
     float32 and bfloat16, or None where not measured), load averages."""
     parts = [f"processor: {processor()}"]
     if peak:
@@ -87,3 +137,12 @@ def header(peak: dict[str, float] | None, load_start: float, load_end: float | N
         load += f", {load_end:.1f} at end"
     parts.append(load)
     return "; ".join(parts)
+
+
+if __name__ == "__main__":
+    peaks = matmul_peaks()
+    if "--json" in sys.argv[1:]:  # one line, for measure_peak
+        print(json.dumps(peaks))
+    else:
+        for key, gflops in peaks.items():
+            print(f"{key.split('_')[0]}: {gflops:.1f} GFLOP/s")

@@ -13,79 +13,21 @@ Profiles, with `tf.profiler.experimental` (host tracer, trace written to `--logd
   `--serve-batches` (default 1 and 32) x `--seq`: `--warmup` calls, `--steps` calls timed without
   the profiler, then `--steps` calls profiled.
 
-The trace's `.xplane.pb` is read back (the XSpace protobuf, `tensorflow.tsl.profiler.protobuf`);
-on each host thread, events nest by time, and an event's SELF time is its duration minus that of
-the events nested in it. Every event is one of:
-
-- an op kernel (`<op name>:<op type>`): its self time goes to a category (rules below);
-- a computation of an XLA cluster (lower-case HLO names: `multiply_convert_fusion.clone`,
-  `reduce-window.5.clone`, `convert.8`): category "XLA clusters", the training forms of GELU,
-  LayerNorm and dropout's scaling (`electra_tf/modeling/utils.py`), which compile to HLO
-  fusions instead of op kernels;
-- `IteratorGetNextOp::DoCompute` and the tf.data events nested in it: the IteratorGetNext op,
-  which runs on a tf.data thread while the step waits for it: category "input pipeline";
-- other tf.data events (`Iterator::*`, `PrefetchProduce`, ...): the background producer, off the
-  step's critical path: reported per step, not in the shares;
-- anything else off the Python thread (`ExecutorState::Process`, `ExecutorDoneCallback`, ...):
-  the executor's own time around the kernels: category "framework: executor";
-- the Python thread's own events (eager dispatch, waiting for the function): not counted.
+The trace is read back and summed by category in bench/profile_trace.py (which events count as
+op kernels, XLA clusters, input pipeline, executor or background); each op kernel's self time
+goes to the category of the first rule in `RULES` (bench/profile_rules.py) that it matches:
+`--rules-markdown` prints that table, which docs/performance.md shows.
 
 Shares are of the BUSY time (op self times + executor time); the summary also gives the wall
 time per step (profiled, and unprofiled), the sum of op self times, and wall - busy (idle, or
 untraced host work; negative when ops ran in parallel on several inter-op threads).
-
-Category rules, first match wins. "Scope" is a component of the op's name split at "/"; op types
-are compared with oneDNN's `_Mkl` / `_MklNative` prefix removed (`_MklMatMul` is a MatMul). Shapes
-are the op's input and output shapes, looked up by name in the traced Python graphs (the
-`train_steps` function with its while-loop body, or the serving signatures) where the name
-matches; where it does not (ops that Grappler created), the fallbacks in [] apply.
-
- 1. optimizer: a scope equal to the optimizer's name (`AdamWeightDecay`: the global-norm
-    clipping, the Adam moments, weight decay and the variable updates), or a Resource*Apply* type.
- 2. input pipeline: IteratorGetNext* / Optional* / MakeIterator / *Iterator* / *Dataset* types.
- 3. framework: bookkeeping op types that move or relabel data (Cast, Reshape, Identity,
-    ReadVariableOp, Assign*VariableOp, Shape, StridedSlice(Grad), Pack, ConcatV2, Fill, Transpose,
-    ExpandDims, control flow, function calls, oneDNN layout conversions; FRAMEWORK_TYPES below).
-    Also any other op under a `Tensordot` scope (its shape arithmetic: Prod, GatherV2 of a
-    shape), which only a graph with unknown dimensions (the serving signature) keeps.
- 3b. serving only: any remaining op outside the model's name scope (`electra_discriminator`):
-    the signature's own work (id casts, special-token masks, sigmoid, token strings).
- 4. embedding gathers/scatters: GatherV2, ResourceGather, GatherNd, UnsortedSegmentSum,
-    SparseSegment*, ScatterNd, TensorScatter*, ResourceScatter* (embedding lookups, their
-    gradients, the masked-position gathers and the sampled-token scatter).
- 5. random-number ops (StatelessRandom*, Random*, *Multinomial, RngReadAndSkip, ...): with a
-    vocab-sized dimension -> generator vocabulary softmax/sampling (the Gumbel noise); in a
-    `dropout*` scope -> dropout random numbers; else -> other random numbers (masking, seeds).
- 6. any other op in a `dropout*` scope (GreaterEqual, SelectV2, Mul, and their gradients):
-    dropout mask and scale.
- 7. a dimension equal to the vocabulary size (30522) in an input or output shape: a matrix product
-    -> generator vocabulary logits matmul (the [B * N, E] x [V, E]^T MatMul, its two gradients);
-    anything else -> generator vocabulary softmax, cross-entropy and sampling (logits bias add,
-    SparseSoftmaxCrossEntropyWithLogits and its gradient, Gumbel log/add/argmax, the AddN of the
-    tied embedding table's two gradients). [No shape: a matrix product under
-    `generator_predictions/MatMul` or `cloze_predictions/MatMul` (`einsum` before 2026-11-27)
-    -> logits matmul; a
-    SparseSoftmaxCrossEntropyWithLogits type or scope -> vocabulary softmax.]
- 8. matrix products: MatMul, BatchMatMul*, _FusedMatMul, Einsum (any prefix, any fusion);
-    but under a layer norm scope (rule 10's), a product is the gradient's column sums: layer norm.
- 9. attention softmax: Softmax / LogSoftmax types, or any op with an input or output of
-    [B, heads, L, L] (rank 4, known heads, last two dimensions equal or both unknown; the matrix
-    products and dropout on the scores were taken above): the mask add on the scores and the
-    softmax gradient's Mul/Sum/Sub. [No shape: only the Softmax op; the gradient's elementwise
-    ops fall to other.]
-10. layer norm: a scope matching `layer_?norm` (any case: `LayerNorm`, `attention_layer_norm`)
-    or a LayerNorm / FusedBatchNorm type; forward moments and batchnorm ops and their gradients.
-11. GELU: a scope matching `gelu` (any case) or an Erf / Erfc type: the erf form's Erfc, Mul and
-    Neg, and the gradient's Exp (`_UnaryOpsComposition`), Square and Mul.
-12. bias add: BiasAdd / BiasAddGrad (the dense layers' bias where oneDNN did not fuse it).
-13. other: the rest (residual adds, losses, metrics, masking); the top ones are listed by op type
-    and scope pattern (`layer_7` -> `layer_*`, trailing `_3` dropped).
 
 Usage (run alone on the machine for the real numbers; a few minutes):
 
     python -m bench.profile_breakdown [--path train|serve|both] [--steps 10] [--warmup 3]
         [--batch 32] [--seq 128] [--serve-batches 1,32] [--out breakdown.json] [--logdir DIR]
     python -m bench.profile_breakdown --quick      # tiny model, 2 steps: a smoke run
+    python -m bench.profile_breakdown --rules-markdown   # the category rules, as a table
 
 The trace stays in `--logdir` (default: a new temporary directory, printed) for TensorBoard's
 profile plugin or Perfetto. CPU only: on a GPU the kernels run on the device planes, which this
@@ -101,554 +43,56 @@ if (
 
 import argparse
 import atexit
-import collections
-import glob
-import json
 import os
-import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-WINDOW = "electra_profile_window"  # the TraceMe around the profiled calls
-VOCAB_SIZE = 30522
-OPTIMIZER_SCOPE = "AdamWeightDecay"
-
-# ---------------------------------------------------------------------------------- categories
-# key -> label, in display order.
-CATEGORIES: dict[str, str] = {
-    "matmul": "matrix products (MatMul, BatchMatMul, _FusedMatMul, Einsum)",
-    "vocab_matmul": "generator vocabulary logits matmul ([B,N,E] x [V,E], fwd + grads)",
-    "vocab_softmax": "generator vocabulary softmax, cross-entropy, sampling (other V-wide ops)",
-    "attention_softmax": "attention softmax (score mask add, softmax, its gradient)",
-    "layer_norm": "layer norm (moments, normalise, gradients)",
-    "gelu": "GELU (Erf or Erfc and the elementwise ops around it, gradients)",
-    "bias_add": "bias add (BiasAdd, BiasAddGrad: not fused into the matmul)",
-    "dropout_rng": "dropout random numbers",
-    "dropout_apply": "dropout mask and scale (GreaterEqual, SelectV2, Mul)",
-    "other_rng": "other random numbers (masking positions, seeds)",
-    "gather_scatter": "gathers/scatters: embeddings, masked positions (GatherV2, ResourceGather, UnsortedSegmentSum, ScatterNd)",
-    "optimizer": "optimizer update (AdamWeightDecay scope: clipping, moments, decay, assign)",
-    "input": "input pipeline (IteratorGetNext and the tf.data work it waits for)",
-    "serving_io": "serving signature's own ops (outside the model: input checks, outputs)",
-    "framework_ops": "framework: bookkeeping ops (casts, reshapes, identity, variable reads, slicing)",
-    "xla_fused": "XLA clusters (training GELU, LayerNorm, dropout scaling: HLO fusions)",
-    "executor": "framework: executor (traced time outside any op kernel)",
-    "other": "other (uncategorised ops; the top ones below)",
-}
-
-MATMUL_TYPES = re.compile(r"^_?(Fused)?(Batch)?MatMul(V\d)?$|^_?(Fused)?Einsum$|^_FusedBatchMatMul")
-FRAMEWORK_TYPES = frozenset(
-    """Identity IdentityN Const NoOp Cast Bitcast Reshape Squeeze ExpandDims Shape ShapeN Size Rank
-    StridedSlice StridedSliceGrad Slice Pack Unpack ConcatV2 Concat ConcatOffset Split SplitV Fill
-    ZerosLike OnesLike BroadcastTo BroadcastArgs BroadcastGradientArgs Range Transpose
-    ReadVariableOp AssignVariableOp AssignAddVariableOp AssignSubVariableOp VarHandleOp
-    VarIsInitializedOp DestroyResourceOp _Arg _Retval _Send _Recv _HostSend _HostRecv _DeviceArg
-    _DeviceRetval Enter Exit Merge Switch NextIteration LoopCond While StatelessWhile If
-    StatelessIf Case StatelessCase PartitionedCall StatefulPartitionedCall Placeholder
-    PlaceholderWithDefault StopGradient PreventGradient Snapshot EnsureShape CheckNumerics
-    ToTf InputConversion _ToTf _InputConversion""".split()
+from bench.profile_rules import (  # noqa: F401  (this module's names before the split)
+    ATTENTION_PARTS,
+    BATCH_MATMUL_TYPES,
+    CATEGORIES,
+    FRAMEWORK_TYPES,
+    GATHER_TYPES,
+    GELU_SCOPE,
+    INPUT_TYPES,
+    LAYER_NORM_SCOPE,
+    LAYER_NORM_TYPES,
+    MATMUL_TYPES,
+    OPTIMIZER_SCOPE,
+    RANDOM_TYPES,
+    RULES,
+    SOFTMAX_TYPES,
+    VOCAB_MATMUL_SCOPE,
+    VOCAB_SIZE,
+    XLA_TYPE,
+    attention_part,
+    attention_scores_shaped,
+    base_type,
+    categorise,
+    op_pattern,
+    rules_markdown,
+    scopes,
 )
-INPUT_TYPES = re.compile(r"Iterator|Dataset|^Optional(GetValue|HasValue|FromValue|None)$")
-GATHER_TYPES = re.compile(
-    r"^(Resource)?Gather(V2|Nd)?$|^(Unsorted)?Segment(Sum|Max|Min|Prod|Mean)(V2)?$|"
-    r"^SparseSegment|^(Resource|TensorScatter|Scatter)(Nd)?(Update|Add|Sub|Max|Min|Mul|Div)?$|"
-    r"^ScatterNd(NonAliasingAdd)?$|^TensorScatter|^ResourceScatter"
+from bench.profile_trace import (  # noqa: F401  (this module's names before the split)
+    GETNEXT_EVENT,
+    OP_EVENT,
+    TFDATA_EVENT,
+    WINDOW,
+    XLA_EVENT,
+    ShapeIndex,
+    attention_line,
+    attention_share,
+    breakdown,
+    markdown,
+    nest,
+    profile_calls,
+    read_trace,
 )
-RANDOM_TYPES = re.compile(
-    r"^(Stateless|Stateful)?(Random|TruncatedNormal|Multinomial|ParameterizedTruncatedNormal)|"
-    r"^StatelessRandom|^Rng(ReadAndSkip|Skip)$|^StatefulUniform|^StatelessMultinomial$"
-)
-SOFTMAX_TYPES = re.compile(r"^(Log)?Softmax$")
-LAYER_NORM_SCOPE = re.compile(r"layer_?norm", re.IGNORECASE)
-LAYER_NORM_TYPES = re.compile(r"LayerNorm|^FusedBatchNorm")
-GELU_SCOPE = re.compile(r"gelu", re.IGNORECASE)
-VOCAB_MATMUL_SCOPE = re.compile(r"(generator|cloze)_predictions/(einsum|MatMul)")
-
-
-def base_type(op_type: str) -> str:
-    """The op type without oneDNN's rewrite prefix: `_MklNativeFusedMatMul` -> `_FusedMatMul`."""
-    for prefix in ("_MklNative", "_Mkl"):
-        if op_type.startswith(prefix):
-            rest = op_type[len(prefix) :]
-            return f"_{rest}" if rest.startswith("Fused") else rest
-    return op_type
-
-
-def scopes(name: str) -> list[str]:
-    return name.split(":", 1)[0].split("/")
-
-
-def _has_dim(shapes: Sequence[Sequence[int | None]] | None, size: int | None) -> bool:
-    return bool(shapes and size) and any(size in shape for shape in shapes)
-
-
-def _attention_shaped(shapes: Sequence[Sequence[int | None]] | None) -> bool:
-    """An input or output of [B, heads, L, L] (heads known; L may be unknown in both)."""
-    return any(
-        len(shape) == 4 and shape[1] is not None and shape[2] == shape[3] for shape in shapes or ()
-    )
-
-
-def categorise(
-    name: str,
-    op_type: str,
-    shapes: Sequence[Sequence[int | None]] | None = None,
-    vocab_size: int | None = VOCAB_SIZE,
-    optimizer_scope: str = OPTIMIZER_SCOPE,
-    model_scope: str | None = None,
-) -> str:
-    """The category key of one op; the rules are the module docstring's, in the same order.
-
-    `shapes`: the op's input shapes then output shapes (unknown dims None), or None where the
-    op was not found in the graph.
-    `model_scope`: the model's name scope (serving): other ops are the signature's own.
-    """
-    kind = base_type(op_type)
-    if kind == XLA_TYPE:
-        return "xla_fused"
-    parts = scopes(name)
-    is_matmul = bool(MATMUL_TYPES.search(kind))
-    if optimizer_scope in parts or re.match(r"^Resource(Sparse)?Apply", kind):
-        return "optimizer"
-    if INPUT_TYPES.search(kind):
-        return "input"
-    if kind in FRAMEWORK_TYPES or kind.lstrip("_") in FRAMEWORK_TYPES:
-        return "framework_ops"
-    if "Tensordot" in parts[:-1] and not is_matmul:
-        return "framework_ops"  # Tensordot's shape arithmetic (Prod, GatherV2 of a shape)
-    if model_scope and model_scope not in parts:
-        return "serving_io"
-    if GATHER_TYPES.search(kind):
-        return "gather_scatter"
-    in_dropout = any(p.startswith("dropout") for p in parts)
-    vocab_wide = _has_dim(shapes, vocab_size)
-    if RANDOM_TYPES.search(kind):
-        if vocab_wide:
-            return "vocab_softmax"
-        return "dropout_rng" if in_dropout else "other_rng"
-    if in_dropout:
-        return "dropout_apply"
-    if vocab_wide:
-        return "vocab_matmul" if is_matmul else "vocab_softmax"
-    if shapes is None:
-        if is_matmul and VOCAB_MATMUL_SCOPE.search(name):
-            return "vocab_matmul"
-        if "SparseSoftmaxCrossEntropyWithLogits" in parts or kind.startswith("SparseSoftmaxCross"):
-            return "vocab_softmax"
-    if is_matmul and any(LAYER_NORM_SCOPE.search(p) for p in parts):
-        return "layer_norm"  # the hand-written gradient's column sums
-    if is_matmul:
-        return "matmul"
-    if SOFTMAX_TYPES.search(kind) or _attention_shaped(shapes):
-        return "attention_softmax"
-    if any(LAYER_NORM_SCOPE.search(p) for p in parts) or LAYER_NORM_TYPES.search(kind):
-        return "layer_norm"
-    if any(GELU_SCOPE.search(p) for p in parts) or kind in ("Erf", "Erfc"):
-        return "gelu"
-    if kind in ("BiasAdd", "BiasAddGrad", "BiasAddV1"):
-        return "bias_add"
-    return "other"
-
-
-def op_pattern(name: str, op_type: str) -> str:
-    """`while/body/_1/while/discriminator/layer_7/add_2:AddV2` -> `AddV2 discriminator/layer_*/add`."""
-    parts = scopes(name)
-    # Drop the prefixes that inlining a function adds (`while/body/_1/`, `StatefulPartitionedCall/`).
-    while len(parts) > 1 and re.fullmatch(
-        r"while(_\d+)?|body|cond|_\d+|(Stateful)?PartitionedCall(_\d+)?", parts[0]
-    ):
-        parts = parts[1:]
-    parts = [re.sub(r"^layer_\d+$", "layer_*", p) for p in parts]
-    parts = [re.sub(r"_\d+$", "", p) for p in parts]
-    return f"{op_type} {'/'.join(parts)}"
-
-
-# ---------------------------------------------------------------------------------- summary
-def breakdown(
-    ops: Iterable[tuple[str, str, float]],
-    steps: int,
-    wall_s: float,
-    executor_s: float = 0.0,
-    background_s: float = 0.0,
-    unprofiled_step_s: float | None = None,
-    shapes: dict[str, Any] | None = None,
-    vocab_size: int | None = VOCAB_SIZE,
-    model_scope: str | None = None,
-    top: int = 10,
-) -> dict[str, Any]:
-    """The breakdown of one profile.
-
-    Args:
-      ops: (op name, op type, self seconds), summed over the profiled steps; one op may repeat.
-      steps: profiled steps (calls); every time is reported per step.
-      wall_s: wall time of the profiled window, all steps.
-      executor_s: executor time outside any op kernel (category "executor").
-      background_s: background tf.data time (reported, not in the shares).
-      shapes: op name -> shapes, from `ShapeIndex.lookup`, or None.
-      vocab_size, model_scope: as `categorise`'s.
-    """
-    per_category: dict[str, float] = collections.defaultdict(float)
-    per_op: dict[tuple[str, str], float] = collections.defaultdict(float)
-    op_category: dict[tuple[str, str], str] = {}
-    matched = total_ops = 0
-    for name, op_type, seconds in ops:
-        key = (name, op_type)
-        if key not in op_category:
-            op_shapes = shapes.get(name) if shapes else None
-            total_ops += 1
-            matched += op_shapes is not None
-            op_category[key] = categorise(
-                name, op_type, op_shapes, vocab_size, model_scope=model_scope
-            )
-        per_category[op_category[key]] += seconds
-        per_op[key] += seconds
-    op_s = sum(per_category.values())
-    per_category["executor"] += executor_s
-    busy_s = op_s + executor_s
-    ms = 1000.0 / steps
-
-    def share(seconds: float, whole: float) -> float:
-        return seconds / whole if whole > 0 else 0.0
-
-    categories = {
-        key: {
-            "label": label,
-            "ms_per_step": per_category.get(key, 0.0) * ms,
-            "share_of_busy": share(per_category.get(key, 0.0), busy_s),
-            "share_of_wall": share(per_category.get(key, 0.0), wall_s),
-        }
-        for key, label in CATEGORIES.items()
-    }
-    other: dict[str, float] = collections.defaultdict(float)
-    for (name, op_type), seconds in per_op.items():
-        if op_category[(name, op_type)] == "other":
-            other[op_pattern(name, op_type)] += seconds
-    other_top = [
-        {"op": pattern, "ms_per_step": seconds * ms, "share_of_busy": share(seconds, busy_s)}
-        for pattern, seconds in sorted(other.items(), key=lambda kv: -kv[1])[:top]
-    ]
-    # Every op, slowest first, with its category and shapes: the JSON's record for auditing
-    # the rules (the Markdown shows only the categories and the top of "other").
-    all_ops = [
-        {
-            "op": name,
-            "type": op_type,
-            "category": op_category[(name, op_type)],
-            "ms_per_step": seconds * ms,
-            "share_of_busy": share(seconds, busy_s),
-            "shapes": shapes.get(name) if shapes else None,
-        }
-        for (name, op_type), seconds in sorted(per_op.items(), key=lambda kv: -kv[1])
-    ]
-    return {
-        "steps": steps,
-        "wall_ms_per_step": wall_s * ms,
-        "unprofiled_ms_per_step": None if unprofiled_step_s is None else unprofiled_step_s * 1000,
-        "op_self_ms_per_step": op_s * ms,
-        "executor_ms_per_step": executor_s * ms,
-        "busy_ms_per_step": busy_s * ms,
-        "gap_ms_per_step": (wall_s - busy_s) * ms,
-        "background_tfdata_ms_per_step": background_s * ms,
-        "distinct_ops": total_ops,
-        "ops_with_shapes": matched,
-        "categories": categories,
-        "other_top": other_top,
-        "ops": all_ops,
-    }
-
-
-# ---------------------------------------------------------------------------------- attention
-ATTENTION_PARTS: dict[str, str] = {
-    "products": "QK^T and AV products (forward and gradients)",
-    "softmax_mask": "scale, mask add, softmax (forward and gradient)",
-    "dropout": "dropout on the attention probabilities",
-}
-BATCH_MATMUL_TYPES = re.compile(r"BatchMatMul")
-
-
-def attention_scores_shaped(shape: Sequence[int | None], seq_len: int) -> bool:
-    """A [batch, heads, seq_q, seq_k] tensor: rank 4, heads known and unlike the length, the
-    last dimension the key length (or unknown). Takes the scores, the probabilities, the
-    [batch, 1, 1, seq_k] mask bias; not the heads' split [batch, seq, heads, head_size], nor
-    [batch, heads, seq, head_size] unless head_size equals the length."""
-    return (
-        len(shape) == 4
-        and shape[1] is not None
-        and shape[1] != seq_len
-        and shape[3] in (seq_len, None)
-    )
-
-
-def attention_part(op: dict[str, Any], seq_len: int) -> str | None:
-    """Which part of attention one op of a breakdown's `ops` list is, or None.
-
-    With shapes: any op with an input or output shaped like the scores (but none of the
-    optimizer's); a matrix product is a product, an op in a dropout scope is dropout, the rest
-    is scale, mask and softmax. Without shapes: a BatchMatMul (in this project's encoder only
-    the attention products are batched; the dense layers run on 2-D rows) or a Softmax op.
-    """
-    if op["category"] in ("optimizer", "input", "executor"):
-        return None
-    kind = base_type(op["type"])
-    shapes = op.get("shapes")
-    if shapes:
-        if not any(attention_scores_shaped(shape, seq_len) for shape in shapes):
-            return None
-    elif not (BATCH_MATMUL_TYPES.search(kind) or SOFTMAX_TYPES.search(kind)):
-        return None
-    if MATMUL_TYPES.search(kind):
-        return "products"
-    if op["category"] in ("dropout_rng", "dropout_apply"):
-        return "dropout"
-    return "softmax_mask"
-
-
-def attention_share(result: dict[str, Any], seq_len: int) -> dict[str, Any]:
-    """Attention's time in one breakdown (`breakdown`'s result): ms per step and share of the
-    busy time, in total and per part (ATTENTION_PARTS)."""
-    parts = dict.fromkeys(ATTENTION_PARTS, 0.0)
-    for op in result["ops"]:
-        part = attention_part(op, seq_len)
-        if part:
-            parts[part] += op["ms_per_step"]
-    busy = result["busy_ms_per_step"]
-    total = sum(parts.values())
-    return {
-        "ms_per_step": total,
-        "share_of_busy": total / busy if busy > 0 else 0.0,
-        "parts": {
-            key: {"ms_per_step": ms, "share_of_busy": ms / busy if busy > 0 else 0.0}
-            for key, ms in parts.items()
-        },
-    }
-
-
-def attention_line(attention: dict[str, Any]) -> str:
-    parts = ", ".join(
-        f"{ATTENTION_PARTS[key]} {part['share_of_busy']:.1%}"
-        for key, part in attention["parts"].items()
-    )
-    return (
-        f"- attention (QK^T, scale and mask, softmax, AV, dropout on the probabilities, with "
-        f"their gradients): {attention['ms_per_step']:.2f} ms/step, "
-        f"{attention['share_of_busy']:.1%} of busy ({parts})"
-    )
-
-
-def markdown(title: str, result: dict[str, Any]) -> str:
-    r = result
-    unprofiled = r["unprofiled_ms_per_step"]
-    lines = [
-        f"### {title}",
-        "",
-        f"- wall time per step: {r['wall_ms_per_step']:.2f} ms profiled"
-        + (f", {unprofiled:.2f} ms unprofiled" if unprofiled is not None else "")
-        + f" ({r['steps']} step(s))",
-        f"- op self times: {r['op_self_ms_per_step']:.2f} ms/step; executor outside ops: "
-        f"{r['executor_ms_per_step']:.2f} ms; busy = {r['busy_ms_per_step']:.2f} ms; "
-        f"wall - busy = {r['gap_ms_per_step']:.2f} ms (idle or untraced; < 0 when ops overlap)",
-        f"- background tf.data (not in the shares): {r['background_tfdata_ms_per_step']:.2f} ms/step",
-        f"- ops found in the traced graphs (shapes known): {r['ops_with_shapes']} of "
-        f"{r['distinct_ops']} distinct ops",
-        *([attention_line(r["attention"])] if "attention" in r else []),
-        "",
-        "| category | ms/step | % of busy | % of wall |",
-        "| --- | ---: | ---: | ---: |",
-    ]
-    for key, row in r["categories"].items():
-        if key in ("framework_ops", "executor", "other") or row["ms_per_step"] > 0:
-            lines.append(
-                f"| {row['label']} | {row['ms_per_step']:.3f} | {row['share_of_busy']:.1%} | "
-                f"{row['share_of_wall']:.1%} |"
-            )
-    if r["other_top"]:
-        lines += ["", "Top uncategorised ops (type, scope pattern):", ""]
-        lines += ["| op | ms/step | % of busy |", "| --- | ---: | ---: |"]
-        for row in r["other_top"]:
-            lines.append(
-                f"| `{row['op']}` | {row['ms_per_step']:.3f} | {row['share_of_busy']:.1%} |"
-            )
-    return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------- trace
-def nest(intervals: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    """Self time and outermost ancestor of each interval (start, duration) on ONE thread.
-
-    Returns (self durations, root index per interval: itself when it is not nested). A child that
-    runs past its parent's end counts only up to it.
-    """
-    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], -intervals[i][1], i))
-    self_time = [duration for _, duration in intervals]
-    root = list(range(len(intervals)))
-    stack: list[int] = []
-    for i in order:
-        start, duration = intervals[i]
-        while stack and intervals[stack[-1]][0] + intervals[stack[-1]][1] <= start:
-            stack.pop()
-        if stack:
-            parent = stack[-1]
-            parent_end = intervals[parent][0] + intervals[parent][1]
-            self_time[parent] -= min(start + duration, parent_end) - start
-            root[i] = root[stack[0]]
-        stack.append(i)
-    return [max(0, t) for t in self_time], root
-
-
-OP_EVENT = re.compile(r"^(?P<name>[^:]+):(?P<type>_?[A-Z][A-Za-z0-9_]*)$")
-# An XLA computation's thunk: an HLO instruction name, lower case (`select_convert_fusion.clone`).
-XLA_EVENT = re.compile(r"^[a-z][a-z0-9_\-]*(\.\d+)*(\.clone)?$")
-XLA_TYPE = "XlaFusion"
-TFDATA_EVENT = re.compile(r"^(Iterator::|Prefetch|ParallelMap|ParallelInterleave|MapAndBatch)")
-GETNEXT_EVENT = "IteratorGetNextOp::DoCompute"
-
-
-def _xplane_module():
-    try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    except ImportError:  # other TF builds ship it at the top level
-        from tsl.profiler.protobuf import xplane_pb2  # type: ignore[no-redef]
-    return xplane_pb2
-
-
-def read_trace(logdir: str) -> dict[str, Any]:
-    """Op self times and the rest, from the newest `.xplane.pb` under `logdir` (host plane)."""
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
-    if not paths:
-        raise RuntimeError(f"no .xplane.pb under {logdir}: did the profiler run?")
-    path = max(paths, key=os.path.getmtime)
-    space = _xplane_module().XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    planes = {plane.name: plane for plane in space.planes}
-    device_planes = [name for name in planes if name.startswith("/device:")]
-    host = planes.get("/host:CPU")
-    if host is None:
-        raise RuntimeError(f"{path}: no /host:CPU plane (planes: {sorted(planes)})")
-    lines = []
-    for line in host.lines:
-        base = line.timestamp_ns * 1000
-        events = []
-        for event in line.events:
-            if event.duration_ps <= 0:
-                continue
-            meta = host.event_metadata[event.metadata_id]
-            events.append((base + event.offset_ps, event.duration_ps, meta.name))
-        lines.append((line.display_name or line.name, events))
-    windows = [
-        (start, start + duration)
-        for _, events in lines
-        for start, duration, name in events
-        if name == WINDOW
-    ]
-    if not windows:
-        raise RuntimeError(f"{path}: no '{WINDOW}' event: the profiled calls were not traced")
-    window_lines = {name for name, events in lines if any(e[2] == WINDOW for e in events)}
-
-    def inside(start: int) -> bool:
-        return any(lo <= start < hi for lo, hi in windows)
-
-    ops: dict[tuple[str, str], int] = collections.defaultdict(int)
-    executor = background = 0
-    for line_name, events in lines:
-        self_times, roots = nest([(start, duration) for start, duration, _ in events])
-        for (start, _, name), self_ps, root in zip(events, self_times, roots, strict=True):
-            if not inside(start) or name == WINDOW:
-                continue
-            match = OP_EVENT.match(name)
-            if match and "::" not in name:
-                ops[(match["name"], match["type"])] += self_ps
-            elif XLA_EVENT.match(name):
-                ops[(name, XLA_TYPE)] += self_ps
-            elif events[root][2] == GETNEXT_EVENT:
-                ops[("IteratorGetNext (tf.data work it waited for)", "IteratorGetNext")] += self_ps
-            elif TFDATA_EVENT.match(name) or line_name.startswith("tf_data"):
-                background += self_ps
-            elif line_name not in window_lines or name.startswith("Executor"):
-                executor += self_ps
-    wall = sum(hi - lo for lo, hi in windows)
-    return {
-        "path": path,
-        "ops": [(name, op_type, ps / 1e12) for (name, op_type), ps in ops.items()],
-        "wall_s": wall / 1e12,
-        "executor_s": executor / 1e12,
-        "background_s": background / 1e12,
-        "device_planes": device_planes,
-    }
-
-
-# ---------------------------------------------------------------------------------- shapes
-class ShapeIndex:
-    """Op name -> [input shapes..., output shapes...], from traced graphs and their bodies.
-
-    A traced op name is looked up by its longest suffix that some graph holds (inlining adds
-    prefixes such as `while/body/_1/`); a name two graphs hold with different shapes is dropped.
-    """
-
-    def __init__(self) -> None:
-        self.shapes: dict[str, tuple[tuple[int | None, ...], ...] | None] = {}
-
-    def add_graph(self, graph: Any, seen: set[int] | None = None) -> ShapeIndex:
-        seen = set() if seen is None else seen
-        if id(graph) in seen:
-            return self
-        seen.add(id(graph))
-        for op in graph.get_operations():
-            try:
-                shapes = tuple(
-                    tuple(t.shape.as_list()) if t.shape.rank is not None else ()
-                    for t in (*op.inputs, *op.outputs)
-                )
-            except Exception:  # a resource or variant tensor without a usable shape
-                shapes = ()
-            if op.name in self.shapes and self.shapes[op.name] != shapes:
-                self.shapes[op.name] = None
-            else:
-                self.shapes[op.name] = shapes
-            for attr in ("_body_graph", "_cond_graph", "_true_graph", "_false_graph"):
-                sub = getattr(op, attr, None)
-                if sub is not None:
-                    self.add_graph(sub, seen)
-            for sub in _called_graphs(graph, op):
-                self.add_graph(sub, seen)
-        return self
-
-    def lookup(self, name: str) -> tuple[tuple[int | None, ...], ...] | None:
-        parts = name.split("/")
-        for i in range(len(parts)):
-            key = "/".join(parts[i:])
-            if key in self.shapes:
-                return self.shapes[key] or None
-        return None
-
-    def for_ops(self, names: Iterable[str]) -> dict[str, Any]:
-        found = {}
-        for name in names:
-            shapes = self.lookup(name)
-            if shapes is not None:
-                found[name] = shapes
-        return found
-
-
-def _called_graphs(graph: Any, op: Any) -> list[Any]:
-    """The graphs of the functions `op` calls (PartitionedCall's `f`), where Python has them."""
-    graphs = []
-    for attr in ("f", "then_branch", "else_branch", "body", "cond"):
-        try:
-            name = op.get_attr(attr).name
-        except (ValueError, AttributeError, TypeError):
-            continue
-        function = graph._get_function(name) if hasattr(graph, "_get_function") else None
-        sub = getattr(function, "graph", None)
-        if sub is not None:
-            graphs.append(sub)
-    return graphs
-
+from electra_tf import atomic_io
 
 # ---------------------------------------------------------------------------------- runs
 QUICK_MODEL = {
@@ -677,29 +121,35 @@ def model_hparams(args: argparse.Namespace) -> dict[str, Any]:
     return hparams
 
 
-def profile_calls(run_call, calls: int, logdir: str) -> float:
-    """Runs `run_call()` `calls` times under the profiler; returns the wall seconds of it all."""
-    import tensorflow as tf
+def trace_breakdown(
+    trace: dict[str, Any],
+    steps: int,
+    unprofiled_s: float,
+    index: ShapeIndex,
+    vocab_size: int,
+    model_scope: str | None = None,
+) -> dict[str, Any]:
+    """`breakdown` of a trace (`read_trace`'s), with the shapes `index` finds for its ops."""
+    return breakdown(
+        trace["ops"],
+        steps,
+        trace["wall_s"],
+        trace["executor_s"],
+        trace["background_s"],
+        unprofiled_s,
+        index.for_ops(name for name, _, _ in trace["ops"]),
+        vocab_size,
+        model_scope=model_scope,
+    )
 
-    # The default options: host tracer level 2 (every op kernel), no Python tracer. (Passing
-    # ProfilerOptions explicitly only makes TF 2.20 log "expects an i value" per option.)
-    tf.profiler.experimental.start(logdir)
-    try:
-        start = time.perf_counter()
-        for i in range(calls):
-            with tf.profiler.experimental.Trace(WINDOW, step_num=i, _r=1):
-                run_call()
-        seconds = time.perf_counter() - start
-    finally:
-        tf.profiler.experimental.stop()
-    return seconds
 
-
-def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
+def build_train_steps(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    """(config, model, optimizer, compiled `train_steps`): the step as `electra_tf.pretrain`
+    builds it, for the shapes and precision of `args`."""
     import tensorflow as tf
     import tf_keras as keras
 
-    from bench.project_step import synthetic_batches, write_bench_vocab
+    from bench.project_step import write_bench_vocab
     from electra_tf.config import pretraining_config
     from electra_tf.device_defaults import probe_machine
     from electra_tf.runs import pretraining_model
@@ -717,6 +167,15 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     train_steps = pretraining_model.make_train_function(
         model, tf.distribute.get_strategy(), bool(config.jit_compile)
     )
+    return config, model, optimizer, train_steps
+
+
+def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    from bench.project_step import synthetic_batches
+
+    config, model, optimizer, train_steps = build_train_steps(args)
     iterator = iter(synthetic_batches(args.batch, args.seq, config.vocab_size))
     print(f"train: warming up ({args.warmup} steps)", file=sys.stderr, flush=True)
     train_steps(iterator, tf.constant(max(1, args.warmup))).numpy()
@@ -728,16 +187,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     profile_calls(lambda: train_steps(iterator, steps).numpy(), 1, logdir)
     trace = read_trace(logdir)
     index = ShapeIndex().add_graph(train_steps.get_concrete_function(iterator, steps).graph)
-    result = breakdown(
-        trace["ops"],
-        args.steps,
-        trace["wall_s"],
-        trace["executor_s"],
-        trace["background_s"],
-        unprofiled,
-        index.for_ops(name for name, _, _ in trace["ops"]),
-        config.vocab_size,
-    )
+    result = trace_breakdown(trace, args.steps, unprofiled, index, config.vocab_size)
     params = sum(int(tf.size(v)) for v in model.trainable_variables)
     result.update(
         attention=attention_share(result, args.seq),
@@ -759,8 +209,9 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     return result
 
 
-def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]:
-    import numpy as np
+def export_encoder(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(config, model, the SavedModel loaded back): the discriminator exported as `make
+    bench-serve` exports it."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the tokenizer's ops, as a serving binary links them)
 
@@ -782,7 +233,14 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
     module = serving_module("discriminator", model, vocab_file, args.seq)
     spec = ExportSpec("discriminator", "electra_profile", module, "{}", vocab_file, {})
     export_dir = write_export(spec, os.path.join(workdir, "export"), None, False)
-    loaded = tf.saved_model.load(export_dir)
+    return config, model, tf.saved_model.load(export_dir)
+
+
+def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]:
+    import numpy as np
+    import tensorflow as tf
+
+    config, model, loaded = export_encoder(args)  # `loaded` owns the variables: keep it
     encode = loaded.signatures["encode_ids"]
     index = ShapeIndex().add_graph(encode.graph)
     results = []
@@ -810,16 +268,9 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
         sub = os.path.join(logdir, f"serve_b{batch}")
         profile_calls(call, args.steps, sub)
         trace = read_trace(sub)
-        result = breakdown(
-            trace["ops"],
-            args.steps,
-            trace["wall_s"],
-            trace["executor_s"],
-            trace["background_s"],
-            statistics.median(times),
-            index.for_ops(name for name, _, _ in trace["ops"]),
-            config.vocab_size,
-            model_scope=model.name,
+        unprofiled = statistics.median(times)
+        result = trace_breakdown(
+            trace, args.steps, unprofiled, index, config.vocab_size, model.name
         )
         result.update(
             attention=attention_share(result, args.seq),
@@ -863,6 +314,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inter", type=int, default=0, help="inter-op threads (0: TF default)")
     parser.add_argument("--out", help="write the breakdown as JSON here")
     parser.add_argument("--logdir", help="profiler trace directory (default: a new temp dir)")
+    parser.add_argument(
+        "--rules-markdown", action="store_true", help="print the category rules as a table"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     for field, full, small in (
@@ -896,6 +350,9 @@ def start_tensorflow(args: argparse.Namespace) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rules_markdown:
+        print(rules_markdown())
+        return 0
     tf = start_tensorflow(args)
     logdir = args.logdir or tempfile.mkdtemp(prefix="electra-profile-trace-")
     os.makedirs(logdir, exist_ok=True)
@@ -938,10 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         if result["device_planes"]:
             print(f"NOTE: device planes {result['device_planes']} were not read (host only).\n")
     if args.out:
-        tmp = f"{args.out}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"machine": machine, "profiles": results}, f, indent=2)
-        os.replace(tmp, args.out)
+        atomic_io.write_json(args.out, {"machine": machine, "profiles": results}, indent=2)
     return 0
 
 

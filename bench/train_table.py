@@ -1,4 +1,5 @@
-"""`make bench`'s table: medians over rounds, per-round ratios against the peers, MFU.
+"""`make bench`'s table: medians over rounds, per-round ratios against the peers, MFU (and the
+matrix-product FLOPs per token it counts: `flops_per_token`).
 
 Pure functions over the workers' records, so the arithmetic is tested without running a step.
 A record is one configuration at one sequence length in one round:
@@ -47,7 +48,7 @@ def summarise(
 
     `task_of`: configuration -> "pretrain" or "finetune" (which peers apply);
     `flops_per_token(task, seq)`: matrix-product FLOPs of one token's step (for MFU);
-    `peak`: `bench.matmul_peak`'s float32 / bfloat16 GFLOP/s (None: no MFU).
+    `peak`: `bench.machine.matmul_peaks`' float32 / bfloat16 GFLOP/s (None: no MFU).
     A configuration with no record at a length gives a row with `failed` set.
     """
     rows = []
@@ -117,3 +118,43 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['peak_rss_mib']:.0f} |"
         )
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- FLOPs
+def _encoder_flops(seq: int, hidden: int, layers: int, ffn: int) -> float:
+    """Forward matrix-product FLOPs per token of one encoder."""
+    dense = 4 * hidden * hidden + 2 * hidden * ffn  # q, k, v, output; FFN in and out
+    attention = 2 * seq * hidden  # scores and context, per token
+    return 2.0 * layers * (dense + attention)
+
+
+def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
+    """Matrix-product FLOPs per token of one ELECTRA-Small train step (forward x 3).
+
+    Counts every dense layer and both attention products of the discriminator (12 x 256, FFN
+    1024) and generator (12 x 64, FFN 256), both embedding projections (128 -> H), the
+    discriminator head, and the generator head at the masked positions only (the fraction
+    max_predictions / seq of tokens). Backward costs twice the forward.
+    """
+    embedding = 128
+    masked_fraction = int((0.15 + 0.005) * seq) / seq
+    forward = (
+        _encoder_flops(seq, 256, 12, 1024)
+        + _encoder_flops(seq, 64, 12, 256)
+        + 2.0 * embedding * (256 + 64)  # embeddings_project of both towers
+        + 2.0 * 256 * 256  # discriminator_predictions/dense
+        + masked_fraction * 2.0 * (64 * embedding + embedding * vocab)  # generator head
+    )
+    return 3.0 * forward
+
+
+def electra_small_finetune_flops_per_token(seq: int) -> float:
+    """Matrix-product FLOPs per token of one classifier fine-tuning step (forward x 3): the
+    discriminator's encoder and embedding projection (the [CLS] head is one row in `seq`)."""
+    return 3.0 * (_encoder_flops(seq, 256, 12, 1024) + 2.0 * 128 * 256)
+
+
+def flops_per_token(task: str, seq: int) -> float:
+    if task == "finetune":
+        return electra_small_finetune_flops_per_token(seq)
+    return electra_small_train_flops_per_token(seq)
