@@ -99,6 +99,7 @@ from electra_tf.runs.pretraining_model import generator_lr_multipliers  # noqa: 
 # A command, not a test module, whatever its name: pytest collects nothing from it, even when
 # given its path.
 __test__ = False
+
 OBJECTIVES = ("electra", "masked_lm")
 TEXTS = ("language", "shuffled")
 
