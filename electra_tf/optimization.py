@@ -9,7 +9,8 @@ Reference: google-research/electra `model/optimization.py` (docs/faithfulness.md
   each weight by up to ~3x the LR; the original relies on its warmup for that.
 - `ElectraSchedule`: polynomial decay to 0 MULTIPLIED by `min(1, step / warmup)`; warmup and
   decay overlap (not BERT's "replace the decay with a ramp during warmup").
-- `layerwise_lr_multipliers`: the fine-tuning layer-wise LR decay (`_get_layer_lrs`).
+- `layerwise_lr_multipliers`: the fine-tuning layer-wise LR decay (`_get_layer_lrs`); it lives
+  in `electra_tf.layerwise_lr` and is importable from here as before.
 
 Every per-variable decision (weight-decay exclusion, LR multiplier) is made on the variable's
 ORIGINAL TF1 name, taken from a model's `variable_map()`, so that it matches the original exactly
@@ -26,6 +27,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
+
+from electra_tf.layerwise_lr import layerwise_lr_multipliers
 
 # Substrings of an original variable name that exempt it from weight decay (as the original).
 DEFAULT_WEIGHT_DECAY_EXCLUSIONS = ("LayerNorm", "layer_norm", "bias")
@@ -363,41 +366,6 @@ def learning_rate_schedule(
     if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
         return schedule
     return None
-
-
-def layerwise_lr_multipliers(
-    variable_map: Mapping[str, Any],
-    n_layers: int,
-    decay: float,
-    fix_top_layer: bool = False,
-) -> dict[str, float]:
-    """The original's `_get_layer_lrs` as a per-variable multiplier: original name -> factor.
-
-    Depth 0: names containing "/embeddings/" or "/embeddings_project/" (with the leading slash,
-    so "electra/embeddings/..." matches, as in the original); depth i+1: "encoder/layer_i/";
-    depth L+2: "task_specific/". Factor = decay ** (L + 2 - depth): the top transformer layer gets
-    decay**2, the original's acknowledged off-by-one (issue #51), kept unless `fix_top_layer`,
-    which uses decay ** (L + 1 - depth) for every layer (head x1, top layer x decay).
-
-    Raises ValueError naming a variable that matches no key (as the original) or several.
-    """
-    depths: dict[str, int] = {"/embeddings/": 0, "/embeddings_project/": 0}
-    for i in range(n_layers):
-        depths[f"encoder/layer_{i}/"] = i + 1
-    depths["task_specific/"] = n_layers + 2
-    top = n_layers + 2
-    multipliers: dict[str, float] = {}
-    for name in variable_map:
-        keys = [key for key in depths if key in name]
-        if not keys:
-            raise ValueError(f"No layer-wise learning rate for variable {name!r}")
-        if len(keys) > 1:
-            raise ValueError(f"Variable {name!r} matches several layer keys: {keys}")
-        depth = depths[keys[0]]
-        if fix_top_layer and depth != top:
-            depth += 1
-        multipliers[name] = float(decay ** (top - depth))
-    return multipliers
 
 
 def create_optimizer(

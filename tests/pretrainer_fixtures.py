@@ -128,3 +128,17 @@ def batch_split_invariant_objective():
     finally:
         pretrainer_module.mask_inputs = real_mask_inputs
         pretrainer_module.gumbel_sample = real_sample
+
+
+def one_layer_config(**overrides):
+    """Where tracing/XLA compilation dominates a test's time, one layer per tower."""
+    return tiny_config(
+        model_hparam_overrides={
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 16,
+        },
+        **overrides,
+    )

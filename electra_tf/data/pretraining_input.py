@@ -22,6 +22,7 @@ import os
 import random
 import re
 import struct
+from collections.abc import Callable
 
 import tensorflow as tf
 
@@ -244,6 +245,33 @@ def record_stream(
     return tf.data.Dataset.range(first_epoch, 2**62).flat_map(epoch)
 
 
+def _pipeline_layout(
+    input_context: tf.distribute.InputContext | None, seed: int | None
+) -> tuple[int, int, int]:
+    """(input pipelines, this pipeline's id, replicas in sync) from `input_context`, or one of
+    each without one. Several pipelines read one stream, so they need a seed."""
+    pipelines, pipeline_id, replicas = 1, 0, 1
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        replicas = max(input_context.num_replicas_in_sync, pipelines)
+    if pipelines > 1 and seed is None:
+        raise ValueError("several input pipelines read one stream: they need a seed")
+    return pipelines, pipeline_id, replicas
+
+
+def _batch_decoder(max_seq_length: int) -> Callable[[tf.Tensor], dict[str, tf.Tensor]]:
+    """serialized records [batch] -> `FEATURE_NAMES` -> int32 [batch, max_seq_length] each."""
+    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in FEATURE_NAMES}
+
+    def decode(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        parsed = tf.io.parse_example(serialized, spec)  # [batch_size, max_seq_length] each
+        # int64 on disk (the original's format), int32 in the model (TPU-friendly, as there).
+        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
+
+    return decode
+
+
 def pretraining_dataset(
     file_pattern: str,
     batch_size: int,
@@ -279,13 +307,7 @@ def pretraining_dataset(
     """
     files = match_files(file_pattern)
     check_record_length(files, max_seq_length)
-    pipelines, pipeline_id, replicas = 1, 0, 1
-    if input_context is not None:
-        pipelines = input_context.num_input_pipelines
-        pipeline_id = input_context.input_pipeline_id
-        replicas = max(input_context.num_replicas_in_sync, pipelines)
-    if pipelines > 1 and seed is None:
-        raise ValueError("several input pipelines read one stream: they need a seed")
+    pipelines, pipeline_id, replicas = _pipeline_layout(input_context, seed)
     rows = batch_size * replicas // pipelines  # this pipeline's rows of each global batch
     first_epoch, skip = 0, 0
     if start_record and is_training:
@@ -302,12 +324,5 @@ def pretraining_dataset(
     if rows != batch_size:
         # This worker's replicas take its rows in turn, batch_size each.
         batches = batches.rebatch(batch_size, drop_remainder=True)
-    spec = {name: tf.io.FixedLenFeature([max_seq_length], tf.int64) for name in FEATURE_NAMES}
-
-    def decode(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-        parsed = tf.io.parse_example(serialized, spec)  # [batch_size, max_seq_length] each
-        # int64 on disk (the original's format), int32 in the model (TPU-friendly, as there).
-        return {name: tf.cast(parsed[name], tf.int32) for name in FEATURE_NAMES}
-
-    dataset = batches.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = batches.map(_batch_decoder(max_seq_length), num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import multiprocessing
 import os
 import random
-import re
 import shutil
 import signal
 import struct
@@ -39,6 +37,19 @@ import tempfile
 import time
 
 from electra_tf.atomic_io import write_json
+from electra_tf.data.build_output import (
+    LOCK_FILE,
+    OWN_OUTPUTS,
+    SPOOL_PREFIX,
+    STAGING_PREFIX,
+    SUMMARY_FILE,
+    SWAP_RECORD,
+    check_output_dir,
+    complete_swap_in,
+    is_complete,  # noqa: F401 (importable from here, as before the output helpers moved)
+    remove_scratch,
+    swap_in,
+)
 from electra_tf.data.corpus import (
     CorpusError,
     CorpusInput,
@@ -52,23 +63,13 @@ from electra_tf.data.tokenization import FullTokenizer, id_count, load_vocab
 from electra_tf.run_lock import RunLock
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
-SUMMARY_FILE = "build_summary.json"
 LONG_LINE_EXAMPLES = 8  # a line with more tokens than this many examples is reported
-_OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")
-_SPOOL_PREFIX = ".spool-"
-SWAP_RECORD = ".swap-in.json"  # the files of a swap-in under way, for finishing it
-_STAGING_PREFIX = ".staging-"
-LOCK_FILE = ".build.lock"
 MIN_SEQ_LENGTH = 5  # [CLS] + two segments of at least one token + two [SEP]s
 # Every example is padded to max_seq_length, and a model reads at most its position table:
 # the shipped configs' tables hold 512 positions (`max(512, max_seq_length)` in config.py),
 # and attention's memory grows with the square of the length. Past this, a build writes
 # padding no model trains on (100,000 wrote 35 MB of it from 40 KB of text).
 MAX_SEQ_LENGTH = 4096
-# A build's own outputs (records, summary, lock, swap record): never read back as corpus text.
-_OWN_OUTPUTS = re.compile(
-    f"{_OUR_FILES.pattern}|^{re.escape(LOCK_FILE)}$|^{re.escape(SWAP_RECORD)}$"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,88 +243,6 @@ def _process_input(job: tuple[int, CorpusInput]) -> tuple[int, BuildStats, str]:
 
 
 # ---------------------------------------------------------------------------- parent side
-def check_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Refuses a file, or a non-empty directory unless `overwrite`; touches nothing."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise FileExistsError(f"output path exists and is not a directory: {output_dir}")
-    ours = (LOCK_FILE, SWAP_RECORD)
-    entries = sorted(e for e in _listdir(output_dir) if not _is_scratch(e) and e not in ours)
-    if entries and not overwrite:
-        raise FileExistsError(
-            f"output directory {output_dir} is not empty ({len(entries)} entries, e.g. "
-            f"{entries[0]!r}); pass --overwrite to replace the files this tool writes there "
-            "(pretrain_data.tfrecord-*, build_summary.json); other files are never deleted"
-        )
-
-
-def _listdir(path: str) -> list[str]:
-    return os.listdir(path) if os.path.isdir(path) else []
-
-
-def _is_scratch(entry: str) -> bool:
-    return entry.startswith((_SPOOL_PREFIX, _STAGING_PREFIX))
-
-
-def _remove_scratch(output_dir: str) -> None:
-    """A killed build's staging and spool folders (only ever ours; the lock is held)."""
-    for entry in _listdir(output_dir):
-        path = os.path.join(output_dir, entry)
-        if _is_scratch(entry) and os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _swap_in(staging: str, output_dir: str) -> None:
-    """Moves the finished build over the previous one. The list of its files is recorded
-    first, so a swap-in stopped half-way is finished by `complete_swap_in`."""
-    new = sorted(e for e in os.listdir(staging) if _OUR_FILES.match(e))
-    record = {"staging": os.path.basename(staging), "files": new}
-    write_json(os.path.join(output_dir, SWAP_RECORD), record)
-    _finish_swap(output_dir, record)
-
-
-def _finish_swap(output_dir: str, record: dict) -> None:
-    """New files renamed over old names (each rename atomic), the summary last; then old
-    files the new build does not have are removed, and the record."""
-    staging = os.path.join(output_dir, record["staging"])
-    lost = [
-        e
-        for e in record["files"]
-        if not os.path.exists(os.path.join(staging, e))
-        and not os.path.exists(os.path.join(output_dir, e))
-    ]
-    if lost:
-        raise CorpusError(
-            f"{output_dir}: an interrupted swap-in lost {len(lost)} file(s) (e.g. {lost[0]}) "
-            f"from {staging}; rebuild into a new folder"
-        )
-    for entry in sorted(record["files"], key=lambda e: e == SUMMARY_FILE):
-        source = os.path.join(staging, entry)
-        if os.path.exists(source):  # else moved before the stop
-            os.replace(source, os.path.join(output_dir, entry))
-    for entry in _listdir(output_dir):
-        path = os.path.join(output_dir, entry)
-        if _OUR_FILES.match(entry) and entry not in record["files"] and os.path.isfile(path):
-            os.remove(path)
-    os.remove(os.path.join(output_dir, SWAP_RECORD))
-
-
-def complete_swap_in(output_dir: str) -> bool:
-    """Finishes a swap-in that was stopped half-way (call under the directory's lock);
-    True if there was one. The staging folder then holds the rest of that build's files."""
-    path = os.path.join(output_dir, SWAP_RECORD)
-    if not os.path.exists(path):
-        return False
-    with open(path, encoding="utf-8") as f:
-        _finish_swap(output_dir, json.load(f))
-    return True
-
-
-def is_complete(output_dir: str) -> bool:
-    """Whether `output_dir` holds one whole build (its summary, and no swap-in to finish)."""
-    summary = os.path.join(output_dir, SUMMARY_FILE)
-    return os.path.isfile(summary) and not os.path.exists(os.path.join(output_dir, SWAP_RECORD))
-
-
 class _Progress:
     def __init__(self, total_files: int, total_bytes: int, enabled: bool) -> None:
         self.total_files = total_files
@@ -366,7 +285,7 @@ def check_options(options: BuildOptions) -> CorpusScan:
         )
     load_vocab(options.vocab_file)  # fail before any work if a special token is missing
     # Output in (or equal to) the corpus folder: its records and summary are skipped, listed.
-    scan = scan_corpus(options.corpus_dir, options.output_dir, _OWN_OUTPUTS)
+    scan = scan_corpus(options.corpus_dir, options.output_dir, OWN_OUTPUTS)
     if not scan.inputs:
         skipped = f" (skipped: {', '.join(scan.skipped[:5])})" if scan.skipped else ""
         raise CorpusError(f"no files to read in corpus directory {options.corpus_dir}{skipped}")
@@ -391,8 +310,8 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
                 file=sys.stderr,
             )
         check_output_dir(options.output_dir, options.overwrite)  # again, now that it is ours
-        _remove_scratch(options.output_dir)
-        staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=options.output_dir)
+        remove_scratch(options.output_dir)
+        staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=options.output_dir)
         try:
             stats = _build(options, inputs, staging)
             stats.skipped[:0] = scan.skipped
@@ -404,7 +323,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
                     f"line(s){skipped}; the output directory was left as it was"
                 )
             _write_summary(options, stats, staging)
-            _swap_in(staging, options.output_dir)
+            swap_in(staging, options.output_dir)
         finally:
             # A swap-in stopped half-way keeps its staging folder: the next build finishes it.
             if not os.path.exists(os.path.join(options.output_dir, SWAP_RECORD)):
@@ -417,7 +336,7 @@ def _build(options: BuildOptions, inputs: list[CorpusInput], staging: str) -> Bu
     stats = BuildStats(vocab_size=id_count(load_vocab(options.vocab_file)))
     n = options.num_out_files
     final_paths = [os.path.join(staging, SHARD_PATTERN.format(k=k, n=n)) for k in range(n)]
-    spool_dir = tempfile.mkdtemp(prefix=_SPOOL_PREFIX, dir=staging)
+    spool_dir = tempfile.mkdtemp(prefix=SPOOL_PREFIX, dir=staging)
     writers = [TFRecordWriter(p + ".incomplete") for p in final_paths]
     progress = _Progress(len(inputs), sum(i.size for i in inputs), options.progress)
     ctx = multiprocessing.get_context("spawn")

@@ -5,12 +5,9 @@ not beat random initialisation on SST-2, so the proof that the pre-train -> fine
 learns uses a language whose structure only context reveals, and a task with few labels that
 needs it.
 
-The language (`TopicLanguage`): `n_topics` hidden topics, each owning `words_per_topic` content
-words, plus `n_filler` filler words shared by all. A sequence draws one topic and emits
-`[CLS] w_1 ... w_n [SEP]`: each w_i independently is, with probability `topic_prob`, a uniform
-word of its topic, else a uniform filler word. Word ids are a random permutation and every
-content word has the same frequency, so neither a word's id nor its count says which topic it
-belongs to: only the words it co-occurs with do.
+The language (`TopicLanguage`, in `topic_language` and importable from here as before):
+`n_topics` hidden topics, each owning `words_per_topic` content words, plus filler words shared
+by all; only the words a word co-occurs with say which topic it belongs to.
 
 The task: each topic carries a binary label (half the topics are 1). The classifier gets
 `n_labelled` (256) labelled sequences written with the FIRST half of each topic's words only and
@@ -56,9 +53,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -73,135 +68,40 @@ from electra_tf import atomic_io  # noqa: E402
 from electra_tf.atomic_io import write_json  # noqa: E402
 from electra_tf.config import ModelConfig, pretraining_config  # noqa: E402
 from electra_tf.evaluation import plots  # noqa: E402
+from electra_tf.evaluation.learning_report import (  # noqa: E402, F401 (importable from here)
+    CHANCE,
+    COLUMN_LABELS,
+    COLUMNS,
+    MARGINS,
+    draw,
+    format_table,
+    read_record,
+    summary,
+)
+from electra_tf.evaluation.topic_language import (  # noqa: E402, F401 (importable from here)
+    CLS_ID,
+    MASK_ID,
+    NUM_SPECIAL,
+    PAD_ID,
+    PARTS,
+    SEP_ID,
+    TopicLanguage,
+    features,
+    naive_bayes_accuracy,
+    shuffle_words,
+)
 from electra_tf.finetuning.heads import ClassificationHead, pooled_output  # noqa: E402
 from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining.pretrainer import ElectraPretrainer  # noqa: E402
 from electra_tf.runs.pretraining_model import generator_lr_multipliers  # noqa: E402
 
-PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3
-NUM_SPECIAL = 4
+# A command, not a test module, whatever its name: pytest collects nothing from it, even when
+# given its path.
+__test__ = False
+
 OBJECTIVES = ("electra", "masked_lm")
-PARTS = ("all", "labelled", "held_out")
 TEXTS = ("language", "shuffled")
-COLUMNS = ("random", "masked_lm", "electra")
-COLUMN_LABELS = (("random", "random init"), ("masked_lm", "BERT masked LM"), ("electra", "ELECTRA"))
-# The task's labels are balanced (half the topics are 1), so guessing scores 0.5.
-CHANCE = 0.5
-MARGINS = (("electra", "random"), ("masked_lm", "random"), ("electra", "masked_lm"))
-
-
-# ---------------------------------------------------------------------- the language
-@dataclasses.dataclass(frozen=True)
-class TopicLanguage:
-    """The synthetic language (module docstring); `seed` draws the word ids and the labels."""
-
-    n_topics: int = 24
-    words_per_topic: int = 8
-    n_filler: int = 16
-    seq_len: int = 32  # with [CLS] and [SEP]
-    topic_prob: float = 0.5
-    seed: int = 0
-
-    @property
-    def vocab_size(self) -> int:
-        return NUM_SPECIAL + self.n_topics * self.words_per_topic + self.n_filler
-
-    def word_ids(self) -> np.ndarray:
-        """int [n_topics * words_per_topic + n_filler]: the id of each word, topic words
-        first (topic t's words are rows t * words_per_topic ...), filler last; a random
-        permutation of the non-special ids, so an id says nothing about its topic."""
-        rng = np.random.default_rng([self.seed, 0])
-        return NUM_SPECIAL + rng.permutation(self.vocab_size - NUM_SPECIAL)
-
-    def topic_of_id(self) -> np.ndarray:
-        """int [vocab_size]: each id's topic; -1 for filler and special tokens."""
-        topics = np.full(self.vocab_size, -1)
-        n_content = self.n_topics * self.words_per_topic
-        topics[self.word_ids()[:n_content]] = np.arange(n_content) // self.words_per_topic
-        return topics
-
-    def label_of_topic(self) -> np.ndarray:
-        """int [n_topics]: the task's label of each topic, a balanced random 0/1 split."""
-        rng = np.random.default_rng([self.seed, 1])
-        return rng.permutation(np.arange(self.n_topics) % 2)
-
-    def sample(
-        self, n: int, rng: np.random.Generator, part: str = "all"
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`n` sequences: int32 input_ids [n, seq_len] and their topics [n]. `part` picks
-        each topic's words: "all" (pre-training), "labelled" (the first half: the task's
-        labelled set) or "held_out" (the second half: the task's evaluation set)."""
-        if part not in PARTS:
-            raise ValueError(f"part {part!r} is not one of {PARTS}")
-        width, half = self.seq_len - 2, self.words_per_topic // 2
-        first, count = {"all": (0, self.words_per_topic), "labelled": (0, half)}.get(
-            part, (half, self.words_per_topic - half)
-        )
-        topics = rng.integers(0, self.n_topics, n)
-        in_topic = rng.random((n, width)) < self.topic_prob
-        topic_words = topics[:, None] * self.words_per_topic + first
-        topic_words = topic_words + rng.integers(0, count, (n, width))
-        filler = self.n_topics * self.words_per_topic + rng.integers(0, self.n_filler, (n, width))
-        words = self.word_ids()[np.where(in_topic, topic_words, filler)]
-        ids = np.concatenate(
-            [np.full((n, 1), CLS_ID), words, np.full((n, 1), SEP_ID)], axis=1
-        ).astype(np.int32)
-        return ids, topics
-
-    def labelled(
-        self, n: int, rng: np.random.Generator, part: str = "labelled"
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`n` sequences of `part` (as `sample`'s) and their task labels [n]."""
-        ids, topics = self.sample(n, rng, part)
-        return ids, self.label_of_topic()[topics].astype(np.int32)
-
-
-def shuffle_words(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The control text: every word of `ids` [n, seq_len] moved to a random place in the whole
-    set ([CLS] and [SEP] stay): the same words, counts and length, no co-occurrence."""
-    words = ids[:, 1:-1].ravel()
-    shuffled = ids.copy()
-    shuffled[:, 1:-1] = rng.permutation(words).reshape(len(ids), -1)
-    return shuffled
-
-
-def naive_bayes_accuracy(
-    language: TopicLanguage,
-    train: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
-    clusters: bool = False,
-) -> float:
-    """Accuracy of a multinomial naive Bayes classifier (add-1/2 smoothing) trained on `train`
-    (ids, labels), on `test`: with bag-of-words features; with `clusters`, on each token's
-    topic instead of its word (what a model that learned the clusters from context knows;
-    filler and special tokens are dropped). The reference points of the unit tests."""
-
-    def tokens(ids: np.ndarray) -> np.ndarray:
-        if not clusters:
-            return ids
-        topics = language.topic_of_id()[ids]
-        return np.where(topics >= 0, topics, language.n_topics)  # one bucket for the rest
-
-    size = language.n_topics + 1 if clusters else language.vocab_size
-    counts = np.full((2, size), 0.5)
-    for label in (0, 1):
-        np.add.at(counts[label], tokens(train[0][train[1] == label]).ravel(), 1.0)
-    if clusters:
-        counts[:, language.n_topics] = 1.0  # uninformative by construction
-    log_probs = np.log(counts) - np.log(counts.sum(axis=1, keepdims=True))
-    prior = np.log(np.bincount(train[1], minlength=2) + 1.0)
-    scores = log_probs[:, tokens(test[0])].sum(axis=-1).T + prior  # [n, 2]
-    return float(np.mean(scores.argmax(axis=-1) == test[1]))
-
-
-def features(input_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """The encoder's input dict for unpadded single-segment sequences."""
-    return {
-        "input_ids": input_ids,
-        "input_mask": np.ones_like(input_ids),
-        "segment_ids": np.zeros_like(input_ids),
-    }
 
 
 # ---------------------------------------------------------------------- the protocol
@@ -441,34 +341,6 @@ def run_seed(protocol: Protocol, seed: int, log=print) -> dict[str, float]:
     return result
 
 
-def summary(results: dict[int, dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """Mean and sample standard deviation over seeds of each column and margin ("a-b")."""
-    out = {}
-    for column in [*COLUMNS, *(f"{a}-{b}" for a, b in MARGINS)]:
-        if "-" in column:
-            a, b = column.split("-")
-            values = [r[a] - r[b] for r in results.values()]
-        else:
-            values = [r[column] for r in results.values()]
-        std = statistics.stdev(values) if len(values) > 1 else 0.0
-        out[column] = (statistics.mean(values), std)
-    return out
-
-
-def format_table(results: dict[int, dict[str, float]]) -> str:
-    """Held-out accuracy per seed and mean ± sd of each arm, and the margins."""
-    names = [*COLUMNS, *(f"{a}-{b}" for a, b in MARGINS)]
-    lines = [f"{'seed':>6} " + " ".join(f"{n:>18}" for n in names)]
-    for seed, result in results.items():
-        values = [result[c] for c in COLUMNS] + [result[a] - result[b] for a, b in MARGINS]
-        lines.append(f"{seed:>6} " + " ".join(f"{v:>18.3f}" for v in values))
-    stats = summary(results)
-    lines.append(
-        f"{'mean':>6} " + " ".join(f"{m:.3f}±{s:.3f}".rjust(18) for m, s in stats.values())
-    )
-    return "\n".join(lines)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="number of seeds (0, 1, ...)")
@@ -508,45 +380,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.from_json and args.json:
         parser.error("--from-json reads earlier results, --json writes a new run's: give one")
     return args
-
-
-def read_record(path: str) -> dict[str, Any]:
-    """An earlier --json's record, its seeds back to ints; SystemExit naming what is wrong."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"ERROR: --from-json {path}: {e}") from None
-    try:
-        for key in ("pretrain_seconds", "budget_clock", "pretraining_text"):
-            if key not in record["protocol"]:
-                raise KeyError(f"protocol.{key}")
-        results = {}
-        for seed, result in record["results"].items():
-            if not seed.isdigit():
-                raise KeyError(f"results.{seed} (a seed is a number)")
-            missing = [c for c in COLUMNS if c not in result]
-            if missing:
-                raise KeyError(f"results.{seed}.{missing[0]}")
-            results[int(seed)] = result
-    except (KeyError, TypeError, AttributeError) as e:
-        raise SystemExit(
-            f"ERROR: --from-json {path}: not a learning-test record (no {e})"
-        ) from None
-    return {**record, "results": results}
-
-
-def draw(path: str, record: dict[str, Any]) -> None:
-    """The per-seed accuracies of `record` (as --json writes it) as a PNG."""
-    protocol = record["protocol"]
-    title = f"Learning test: held-out accuracy, {len(record['results'])} seed(s)"
-    if protocol["pretrain_seconds"]:
-        clock = protocol["budget_clock"].replace("cpu", "CPU")
-        minutes = protocol["pretrain_seconds"] / 60
-        title += f", {minutes:g} {clock} minute(s) of pre-training per objective"
-    if protocol["pretraining_text"] == "shuffled":
-        title += " (control: pre-training text shuffled)"
-    plots.per_seed_accuracy(path, record["results"], COLUMN_LABELS, CHANCE, title)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:

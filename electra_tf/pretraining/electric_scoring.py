@@ -74,6 +74,25 @@ def score_features(
     return {**pseudo_log_likelihoods(energies(model, features), scored), "scored": scored}
 
 
+def _padded_batch(
+    kept: list[list[int]], cls_id: int, sep_id: int
+) -> tuple[np.ndarray, dict[str, tf.Tensor]]:
+    """`[CLS] ids [SEP]` per row of `kept`, padded to the longest: the ids as int32
+    [batch, length] and the model's inputs (`input_ids`, `input_mask`, `segment_ids`)."""
+    length = max(len(ids) for ids in kept) + 2
+    input_ids = np.zeros([len(kept), length], np.int32)
+    input_mask = np.zeros([len(kept), length], np.int32)
+    for row, ids in enumerate(kept):
+        input_ids[row, : len(ids) + 2] = [cls_id, *ids, sep_id]
+        input_mask[row, : len(ids) + 2] = 1
+    inputs = {
+        "input_ids": tf.constant(input_ids),
+        "input_mask": tf.constant(input_mask),
+        "segment_ids": tf.zeros_like(input_ids),
+    }
+    return input_ids, inputs
+
+
 def score_text(
     model,
     tokenizer: FullTokenizer,
@@ -108,17 +127,7 @@ def score_text(
         chunk = list(texts[start : start + batch_size])
         token_ids = [tokenizer.tokenize_to_ids(text) for text in chunk]
         kept = [ids[: max_seq_length - 2] for ids in token_ids]
-        length = max(len(ids) for ids in kept) + 2
-        input_ids = np.zeros([len(chunk), length], np.int32)
-        input_mask = np.zeros([len(chunk), length], np.int32)
-        for row, ids in enumerate(kept):
-            input_ids[row, : len(ids) + 2] = [special["cls_id"], *ids, special["sep_id"]]
-            input_mask[row, : len(ids) + 2] = 1
-        inputs = {
-            "input_ids": tf.constant(input_ids),
-            "input_mask": tf.constant(input_mask),
-            "segment_ids": tf.zeros_like(input_ids),
-        }
+        input_ids, inputs = _padded_batch(kept, special["cls_id"], special["sep_id"])
         scores = score_features(model, inputs, **special)
         token_scores = scores["token_scores"].numpy()  # [batch, length]
         scored = scores["scored"].numpy()  # [batch, length]

@@ -93,6 +93,55 @@ def _draw_positions(
     return tf.math.top_k(log_probs + gumbel, k=max_predictions, sorted=True).indices
 
 
+def _choose_slots(
+    input_ids: tf.Tensor,
+    input_mask: tf.Tensor,
+    max_predictions: int,
+    mask_prob: float,
+    seed: tf.Tensor,
+    special_ids: tuple[int, int, int],
+    with_replacement: bool,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The slots `mask_inputs` predicts: int32 positions [batch, N] and the ids there [batch, N]
+    (both 0 in an inactive slot), and bool active [batch, N]. `input_ids`, `input_mask`: int32
+    [batch, seq_len]; `special_ids`: (cls_id, sep_id, mask_id); `seed`: int32 [2]."""
+    seq_len = input_ids.shape[1]
+    if not with_replacement and seq_len is not None and max_predictions > seq_len:
+        raise ValueError(
+            f"max_predictions {max_predictions} > sequence length {seq_len}: cannot draw "
+            "positions without replacement"
+        )
+    candidates = candidates_mask(input_ids, input_mask, *special_ids)
+    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]
+
+    active = _active_slots(input_mask, num_candidates, max_predictions, mask_prob, with_replacement)
+    positions = _draw_positions(
+        candidates, num_candidates, max_predictions, seed, with_replacement
+    )  # [batch, N]
+
+    active_int = tf.cast(active, tf.int32)
+    positions *= active_int
+    masked_lm_ids = gather_positions(input_ids, positions) * active_int  # [batch, N]
+    return positions, masked_lm_ids, active
+
+
+def _show_mask(
+    input_ids: tf.Tensor,
+    positions: tf.Tensor,
+    seed: tf.Tensor,
+    mask_token_prob: float,
+    mask_id: int,
+) -> tf.Tensor:
+    """int32 [batch, seq_len]: `input_ids` with each chosen position (int32 [batch, N], 0 in an
+    inactive slot) replaced by [MASK] with probability `mask_token_prob`, else left visible."""
+    show_mask = tf.random.stateless_uniform(tf.shape(positions), seed) < mask_token_prob
+    mask_positions = positions * tf.cast(show_mask, tf.int32)  # position 0 = not replaced
+    masked_input_ids, _ = scatter_update(
+        input_ids, tf.fill(tf.shape(positions), tf.constant(mask_id, tf.int32)), mask_positions
+    )
+    return masked_input_ids
+
+
 def mask_inputs(
     input_ids: tf.Tensor,
     input_mask: tf.Tensor,
@@ -129,33 +178,21 @@ def mask_inputs(
     """
     input_ids = tf.cast(input_ids, tf.int32)
     input_mask = tf.cast(input_mask, tf.int32)
-    seq_len = input_ids.shape[1]
-    if not with_replacement and seq_len is not None and max_predictions > seq_len:
-        raise ValueError(
-            f"max_predictions {max_predictions} > sequence length {seq_len}: cannot draw "
-            "positions without replacement"
-        )
     # int32 seeds: XLA has no StatelessMultinomial kernel for int64 seeds (what
     # tf.random.Generator.make_seeds returns); wrapping keeps the low 32 random bits.
     seed = tf.cast(seed, tf.int32)
     position_seed, mask_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    candidates = candidates_mask(input_ids, input_mask, cls_id, sep_id, mask_id)
-    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)  # [batch]
-
-    active = _active_slots(input_mask, num_candidates, max_predictions, mask_prob, with_replacement)
-    positions = _draw_positions(
-        candidates, num_candidates, max_predictions, position_seed, with_replacement
-    )  # [batch, N]
-
-    active_int = tf.cast(active, tf.int32)
-    positions *= active_int
-    masked_lm_ids = gather_positions(input_ids, positions) * active_int  # [batch, N]
-
-    show_mask = tf.random.stateless_uniform(tf.shape(positions), mask_seed) < mask_token_prob
-    mask_positions = positions * tf.cast(show_mask, tf.int32)  # position 0 = not replaced
-    masked_input_ids, _ = scatter_update(
-        input_ids, tf.fill(tf.shape(positions), tf.constant(mask_id, tf.int32)), mask_positions
+    positions, masked_lm_ids, active = _choose_slots(
+        input_ids,
+        input_mask,
+        max_predictions,
+        mask_prob,
+        position_seed,
+        (cls_id, sep_id, mask_id),
+        with_replacement,
     )
+
+    masked_input_ids = _show_mask(input_ids, positions, mask_seed, mask_token_prob, mask_id)
     return {
         "masked_input_ids": tf.stop_gradient(masked_input_ids),
         "masked_lm_positions": positions,

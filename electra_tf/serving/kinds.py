@@ -183,6 +183,20 @@ def check_length(max_seq_length: int, model_config: ModelConfig) -> None:
         )
 
 
+def _kind_of(model: Any, task: Any, electric: bool) -> str:
+    """The export kind of `save_for_serving`'s `model` (with its `task`, if any)."""
+    if isinstance(model, ElectraDiscriminator):
+        return "electric" if electric else "discriminator"
+    if isinstance(model, TransformerEncoder):
+        return "encoder"
+    if task is not None:
+        return "task"
+    raise ValueError(
+        f"{type(model).__name__}: expected ElectraDiscriminator, TransformerEncoder or a "
+        "FinetuningModel with its task"
+    )
+
+
 def save_for_serving(
     model: Any,
     output_dir: str,
@@ -221,17 +235,7 @@ def save_for_serving(
     check_precision(precision)
     if electric is None:
         electric = bool(getattr(config, "electric_objective", False))
-    if isinstance(model, ElectraDiscriminator):
-        kind = "electric" if electric else "discriminator"
-    elif isinstance(model, TransformerEncoder):
-        kind = "encoder"
-    elif task is not None:
-        kind = "task"
-    else:
-        raise ValueError(
-            f"{type(model).__name__}: expected ElectraDiscriminator, TransformerEncoder or a "
-            "FinetuningModel with its task"
-        )
+    kind = _kind_of(model, task, electric)
     model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
     check_length(max_seq_length, model_config)
     if precision == "bfloat16":

@@ -31,6 +31,24 @@ def find_vocab(model_dir: str, fallback: str, override: str | None) -> str:
     )
 
 
+def _saved_config_file(path: str, model_dir: str) -> str | None:
+    """The config file beside the checkpoint `path` (a directory or prefix), else in
+    `model_dir`; None if neither has one."""
+    # The resolved config saved beside the checkpoint (or in the model dir) records what the
+    # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
+    return next(
+        (
+            f
+            for f in (
+                os.path.join(path if os.path.isdir(path) else os.path.dirname(path), CONFIG_FILE),
+                os.path.join(model_dir, CONFIG_FILE),
+            )
+            if os.path.isfile(f)
+        ),
+        None,
+    )
+
+
 def pretrained_specs(
     model_name: str,
     model_dir: str,
@@ -55,19 +73,7 @@ def pretrained_specs(
     """
     check_precision(precision)
     path = checkpoint or model_dir
-    # The resolved config saved beside the checkpoint (or in the model dir) records what the
-    # weights cannot, e.g. the number of attention heads of an original-format checkpoint.
-    config_file = next(
-        (
-            f
-            for f in (
-                os.path.join(path if os.path.isdir(path) else os.path.dirname(path), CONFIG_FILE),
-                os.path.join(model_dir, CONFIG_FILE),
-            )
-            if os.path.isfile(f)
-        ),
-        None,
-    )
+    config_file = _saved_config_file(path, model_dir)
     given = checkpoints.read_config_file(config_file) if config_file and not source else None
     source = source or checkpoints.read_weights(path, config=given)
     config: PretrainingConfig = source.config
