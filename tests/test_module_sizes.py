@@ -27,8 +27,6 @@ TEMPORARY_ALLOWANCE_UNTIL_MERGED = (
     "checkpoints/hf.py",
     "checkpoints/modelgarden.py",
     "checkpoints/kerashub.py",
-    "runs/finetuning.py",
-    "finetuning/config.py",
 )
 
 
