@@ -44,47 +44,22 @@ from bench.harness import (
     run_extra,
     timed,
 )
-from bench.train_table import flops_per_token
+from bench.train_table import (
+    BASELINE,
+    CONFIGS,
+    DEFAULT_CONFIGS,
+    PEER,
+    TORCH_PEERS,
+    flops_per_token,
+    is_bf16,
+    runs_at_length,
+    task_of,
+)
 from electra_tf import atomic_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULT_TAG = "BENCH_RESULT "
-
-# name -> worker settings. "auto" means: what the project's config resolution picks here.
-# "parallel2": the batch as two micro-batches side by side (`parallel_micro_batches`), one
-# single-threaded core each (threads intra 1, inter 2, whatever --intra/--inter say).
-# "task": which step it times, and so which peers its ratios are against (bench/train_table.py).
-CONFIGS: dict[str, dict] = {
-    "default": {"kind": "project", "precision": "auto", "jit": "auto"},
-    "parallel2": {
-        "kind": "project",
-        "precision": "auto",
-        "jit": "auto",
-        "hparams": {"parallel_micro_batches": 2},
-        "threads": (1, 2),
-    },
-    "fp32": {"kind": "project", "precision": "float32", "jit": "off"},
-    "fp32+xla": {"kind": "project", "precision": "float32", "jit": "on"},
-    "bf16": {"kind": "project", "precision": "mixed_bfloat16", "jit": "off"},
-    "bf16+xla": {"kind": "project", "precision": "mixed_bfloat16", "jit": "on"},
-    "mg-fp32": {"kind": "peer", "precision": "float32", "jit": "off"},
-    "mg-fp32+xla": {"kind": "peer", "precision": "float32", "jit": "on"},
-    # Hugging Face PyTorch under --hf-python (bench/peer_torch.py).
-    "hf-fp32": {"kind": "torch", "command": "pretrain"},
-    # The fine-tuning step of a GLUE classifier (bench/project_step.py) and its PyTorch peer.
-    "finetune": {"kind": "finetune", "task": "finetune"},
-    "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
-    "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
-}
-DEFAULT_CONFIGS = "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32,hf-fp32,finetune,hf-finetune"
-PEER = "mg-fp32"
-BASELINE = "baseline"
-
-
-def task_of(name: str) -> str:
-    """ "pretrain" or "finetune": the step a configuration times."""
-    return CONFIGS["default" if name == BASELINE else name].get("task", "pretrain")
 
 
 # ---------------------------------------------------------------------------------- workers
@@ -125,7 +100,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         from bench.project_step import build_finetune_step
 
         run_step, params, resolved = build_finetune_step(
-            args.batch, args.seq, json.loads(args.hparams), settings.get("precision", "float32")
+            args.batch,
+            args.seq,
+            json.loads(args.hparams),
+            settings.get("precision", "float32"),
+            task="squad" if settings["task"] == "squad" else "sst",
         )
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")
@@ -190,6 +169,7 @@ def run_torch_child(
     """A PyTorch row: bench/peer_torch.py under --hf-python, as a worker's record."""
     command = [args.hf_python, PEER_TORCH, CONFIGS[name]["command"], f"--batch={batch}"]
     command += [f"--seq={seq}", f"--steps={args.steps}", f"--warmup={args.warmup}"]
+    command += ["--bf16"] if CONFIGS[name].get("bf16") else []
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not records:
@@ -202,7 +182,7 @@ def run_torch_child(
         "tokens_per_s": batch * seq / step_s,
         "shape": [records[0]["batch"], records[0]["seq"]],
         "peak_rss_mib": records[0]["peak_rss_mib"],
-        "precision": "float32",
+        "precision": records[0].get("precision", "float32"),
         "jit_compile": None,
         "torch": records[0]["torch"],
         "threads": [records[0]["threads"], 0],
@@ -287,8 +267,14 @@ def row_names(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         names = [n for n in names if CONFIGS[n]["kind"] != "peer"]
     elif PEER not in names and any(task_of(n) == "pretrain" for n in names):
         names.append(PEER)
-    if any(task_of(n) == "finetune" for n in names) and "hf-finetune" not in names:
-        names.append("hf-finetune")
+    torch_listed = any(CONFIGS[n]["kind"] == "torch" for n in names)
+    for task, (fp32_peer, bf16_peer) in TORCH_PEERS.items():
+        # Every row of a task brings its float32 PyTorch peer (pre-training's only where a
+        # torch row is asked for), a bf16 row the bf16 autocast peer too.
+        rows = [n for n in names if task_of(n) == task]
+        if rows and (task != "pretrain" or torch_listed):
+            wanted = [fp32_peer, bf16_peer] if any(map(is_bf16, rows)) else [fp32_peer]
+            names += [p for p in wanted if p not in names]
     torch_rows = [n for n in names if CONFIGS[n]["kind"] == "torch"]
     if torch_rows and not (args.hf_python and os.path.exists(args.hf_python)):
         names = [n for n in names if n not in torch_rows]
@@ -305,10 +291,14 @@ def run_rounds(
     """Every configuration at every length, `args.rounds` times interleaved; one record each
     (bench/train_table.py). A configuration that fails is reported and left out."""
     records: list[dict[str, Any]] = []
+    fixed = {CONFIGS.get(n, {}).get("seq") for n in names}
+    lengths = sorted(set(args.seq_lengths) | (fixed - {None}))
     for round_index in range(args.rounds):
-        for seq in args.seq_lengths:
+        for seq in lengths:
             batch = batch_at(seq, args)
-            for name in names:
+            # A row with its own length runs at that length only; the others at --seq's.
+            at_seq = [n for n in names if runs_at_length(n, seq, args.seq_lengths)]
+            for name in at_seq:
                 try:
                     if CONFIGS.get(name, {}).get("kind") == "torch":
                         result = run_torch_child(name, args, args.timeout, seq, batch)
@@ -328,6 +318,32 @@ def run_rounds(
                 records.append({**result, "batch": batch})
                 print_round(round_index, seq, name, result)
     return records
+
+
+def table_rows(
+    args: argparse.Namespace, records: list[dict[str, Any]], names: list[str], peak: Any
+) -> list[dict[str, Any]]:
+    """The table's rows (`train_table.summarise`), its caption printed first."""
+    from bench import train_table
+
+    rows = train_table.summarise(
+        records,
+        names,
+        {n: task_of(n) for n in names},
+        flops_per_token,
+        peak,
+        lambda name, seq: runs_at_length(name, seq, args.seq_lengths),
+    )
+    lengths = ", ".join(
+        f"{s} (batch {batch_at(s, args)})" for s in sorted({r["seq"] for r in rows})
+    )
+    print(
+        "\nELECTRA-Small train steps (pretrain: the pre-training step; finetune: a GLUE "
+        f"classifier's; squad: SQuAD's span head), sequence length {lengths}; median of "
+        f"{args.rounds} round(s) x {args.steps} steps; ratios per round against the peer of the "
+        "same round and length"
+    )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,15 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     load_end = machine.load_average()
     print(f"load average after: {load_end:.2f}", flush=True)
 
-    rows = train_table.summarise(
-        records, names, {n: task_of(n) for n in names}, flops_per_token, peak
-    )
-    lengths = ", ".join(f"{s} (batch {batch_at(s, args)})" for s in args.seq_lengths)
-    print(
-        f"\nELECTRA-Small train steps (pretrain: the pre-training step; finetune: a GLUE "
-        f"classifier's), sequence length {lengths}; median of {args.rounds} round(s) x "
-        f"{args.steps} steps; ratios per round against the peer of the same round and length"
-    )
+    rows = table_rows(args, records, names, peak)
     header = machine.header(peak, load_start, load_end)
     print(header)
     print(train_table.markdown(rows))

@@ -5,8 +5,9 @@ Runs under ANOTHER interpreter (`--hf-python` / `--ort-python` of `bench_train` 
 project dependencies. It imports nothing of this project, so the bench scripts run it by its
 path. Every command prints one JSON line per measurement, with every timed step's seconds.
 
-    python bench/peer_torch.py pretrain --batch 32 --seq 128 --steps 6 --warmup 2
-    python bench/peer_torch.py finetune --batch 32 --seq 128 --steps 6 --warmup 2
+    python bench/peer_torch.py pretrain --batch 32 --seq 128 --steps 6 --warmup 2 [--bf16]
+    python bench/peer_torch.py finetune --batch 32 --seq 128 --steps 6 --warmup 2 [--bf16]
+    python bench/peer_torch.py qa --batch 32 --seq 384 --steps 6 --warmup 2 [--bf16]
     python bench/peer_torch.py serve --seq 128 --batches 1,32 --calls 50 --warmup 5 [--model-dir D]
     python bench/peer_torch.py ort --model-dir D --seq 128 --batches 1,32 --calls 50 --warmup 5
         [--reference ids_and_logits.npz]
@@ -20,6 +21,11 @@ Shapes are the small preset's: discriminator 12 x 256, 4 heads, FFN 1024; genera
   (weight decay 0.01), global-norm clipping 1.0: ELECTRA's step, as a PyTorch user writes it.
 - finetune: `ElectraForSequenceClassification` (2 labels, dropout 0.1), AdamW with a linear
   warm-up and decay, clipping 1.0: the fine-tuning step of a GLUE classifier.
+- qa: `ElectraForQuestionAnswering` (start and end logits over the tokens), the same optimizer
+  and schedule: the fine-tuning step of SQuAD at its length (384).
+- `--bf16` (pretrain, finetune, qa): the forward pass under `torch.autocast("cpu",
+  torch.bfloat16)`, Hugging Face's one-flag mixed precision (the gradients and the optimizer's
+  update in float32, as the autocast recipe has them).
 - serve: `ElectraForPreTraining` in inference mode on token ids; `--model-dir` loads the
   weights of an HF folder (else random weights of the same shapes).
 - ort: the `--model-dir` discriminator exported to ONNX (opset 17), served by ONNX Runtime's
@@ -70,6 +76,17 @@ def timed_steps(step, steps, warmup):
     return times
 
 
+def autocast(args):
+    """The forward pass's precision context: bfloat16 autocast with --bf16, else float32."""
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
+
+
+def precision(args):
+    return "bfloat16" if args.bf16 else "float32"
+
+
 def electra_config(**sizes):
     from transformers import ElectraConfig
 
@@ -97,14 +114,16 @@ def pretrain(args):
         chosen = scores.topk(masked_count, dim=1).indices  # [batch, masked_count]
         masked = torch.zeros(batch, seq, dtype=torch.bool).scatter_(1, chosen, True)
         generator_ids = ids.masked_fill(masked, MASK_ID)
-        generated = generator(input_ids=generator_ids, labels=ids.masked_fill(~masked, -100))
+        with autocast(args):
+            generated = generator(input_ids=generator_ids, labels=ids.masked_fill(~masked, -100))
         with torch.no_grad():  # sampling is outside the gradient path
             logits = generated.logits[masked].float()  # [batch * masked_count, vocab]
             sampled = torch.distributions.Categorical(logits=logits).sample()
         corrupted = ids.clone()
         corrupted[masked] = sampled
-        detected = discriminator(input_ids=corrupted, labels=(corrupted != ids).long())
-        loss = generated.loss + DISC_WEIGHT * detected.loss
+        with autocast(args):
+            detected = discriminator(input_ids=corrupted, labels=(corrupted != ids).long())
+            loss = generated.loss + DISC_WEIGHT * detected.loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -112,33 +131,59 @@ def pretrain(args):
 
     times = timed_steps(step, args.steps, args.warmup)
     emit({"kind": "pretrain", "batch": batch, "seq": seq, "seconds": times,
-          "params": sum(p.numel() for p in params)})  # fmt: skip
+          "params": sum(p.numel() for p in params), "precision": precision(args)})  # fmt: skip
 
 
-def finetune(args):
+def _fine_tuning_step(args, model, inputs):
+    """Times AdamW steps (linear warm-up and decay, clipping 1.0) of `model` on `inputs`."""
     import torch
-    from transformers import ElectraForSequenceClassification, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
-    torch.manual_seed(0)
-    model = ElectraForSequenceClassification(electra_config(**DISCRIMINATOR, num_labels=2)).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     total = args.steps + args.warmup
     schedule = get_linear_schedule_with_warmup(optimizer, max(1, total // 10), total)
-    ids = torch.randint(1000, VOCAB, (args.batch, args.seq))
-    mask = torch.ones_like(ids)
-    labels = torch.randint(0, 2, (args.batch,))
 
     def step():
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        with autocast(args):
+            loss = model(**inputs).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
 
-    times = timed_steps(step, args.steps, args.warmup)
+    return timed_steps(step, args.steps, args.warmup)
+
+
+def finetune(args):
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    torch.manual_seed(0)
+    model = ElectraForSequenceClassification(electra_config(**DISCRIMINATOR, num_labels=2)).train()
+    ids = torch.randint(1000, VOCAB, (args.batch, args.seq))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    inputs["labels"] = torch.randint(0, 2, (args.batch,))
+    times = _fine_tuning_step(args, model, inputs)
     emit({"kind": "finetune", "batch": args.batch, "seq": args.seq, "seconds": times,
-          "params": sum(p.numel() for p in model.parameters())})  # fmt: skip
+          "params": sum(p.numel() for p in model.parameters()),
+          "precision": precision(args)})  # fmt: skip
+
+
+def qa(args):
+    import torch
+    from transformers import ElectraForQuestionAnswering
+
+    torch.manual_seed(0)
+    model = ElectraForQuestionAnswering(electra_config(**DISCRIMINATOR)).train()
+    ids = torch.randint(1000, VOCAB, (args.batch, args.seq))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    inputs["start_positions"] = torch.randint(0, args.seq, (args.batch,))
+    inputs["end_positions"] = torch.randint(0, args.seq, (args.batch,))
+    times = _fine_tuning_step(args, model, inputs)
+    emit({"kind": "qa", "batch": args.batch, "seq": args.seq, "seconds": times,
+          "params": sum(p.numel() for p in model.parameters()),
+          "precision": precision(args)})  # fmt: skip
 
 
 def load_discriminator(model_dir):
@@ -229,7 +274,7 @@ def ort(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("pretrain", "finetune", "serve", "ort"))
+    parser.add_argument("command", choices=("pretrain", "finetune", "qa", "serve", "ort"))
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=6)
@@ -238,9 +283,11 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--model-dir", default="")
     parser.add_argument("--reference", default="")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast (training steps)")
     args = parser.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    {"pretrain": pretrain, "finetune": finetune, "serve": serve, "ort": ort}[args.command](args)
+    commands = {"pretrain": pretrain, "finetune": finetune, "qa": qa, "serve": serve, "ort": ort}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

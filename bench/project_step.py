@@ -151,11 +151,36 @@ def synthetic_classification_batches(
     return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
 
 
+def synthetic_qa_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.data.Dataset:
+    """`count` distinct batches of full-length SQuAD features with random answer spans."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, vocab, size=(count * batch, seq)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
+    starts = rng.integers(1, seq - 1, size=count * batch).astype(np.int32)
+    features = {
+        "input_ids": ids,  # [count * batch, seq]
+        "input_mask": np.ones_like(ids),
+        "segment_ids": np.zeros_like(ids),
+        "task_id": np.zeros(count * batch, np.int32),
+        "squad_eid": np.arange(count * batch, dtype=np.int32),
+        "squad_start_positions": starts,
+        "squad_end_positions": np.minimum(starts + 3, seq - 2).astype(np.int32),
+        "squad_is_impossible": np.zeros(count * batch, np.int32),
+    }
+    dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch, drop_remainder=True)
+    return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
+
+
 def build_finetune_step(
-    batch: int, seq: int, hparams: dict[str, Any] | None = None, precision: str = "float32"
+    batch: int,
+    seq: int,
+    hparams: dict[str, Any] | None = None,
+    precision: str = "float32",
+    task: str = TASK,
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
     """(run one step, number of trainable parameters, the resolved settings); `precision`: the
-    fine-tuning config's (float32, mixed_bfloat16, mixed_float16)."""
+    fine-tuning config's (float32, mixed_bfloat16, mixed_float16); `task`: "sst" (a GLUE
+    classifier) or "squad" (SQuAD 1.1's span head)."""
     # Imported here: the pre-training rows (and a --baseline's package) need none of it.
     from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
@@ -171,7 +196,7 @@ def build_finetune_step(
         "precision": precision,
         **(hparams or {}),
     }
-    config = finetuning_config("bench", data_dir, values, tasks=TASK)
+    config = finetuning_config("bench", data_dir, values, tasks=task)
     vocab_size = config.model_config().vocab_size
     write_bench_vocab(data_dir, vocab_size)
     tasks = get_tasks(config, make_tokenizer(config))
@@ -182,7 +207,12 @@ def build_finetune_step(
     optimizer = runner.build_optimizer(TRAIN_STEPS)
     model.compile(optimizer=optimizer)
     train_function = model.make_train_function()
-    iterator = iter(synthetic_classification_batches(batch, seq, vocab_size))
+    batches = (
+        synthetic_qa_batches(batch, seq, vocab_size)
+        if task == "squad"
+        else synthetic_classification_batches(batch, seq, vocab_size, task)
+    )
+    iterator = iter(batches)
 
     def run_step() -> None:
         float(train_function(iterator)["loss"])

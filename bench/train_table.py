@@ -1,4 +1,5 @@
-"""`make bench`'s table: medians over rounds, per-round ratios against the peers, MFU (and the
+"""`make bench`'s rows and table: the configurations it can run (`CONFIGS`, the peers each
+task is compared with), medians over rounds, per-round ratios against the peers, MFU (and the
 matrix-product FLOPs per token it counts: `flops_per_token`).
 
 Pure functions over the workers' records, so the arithmetic is tested without running a step.
@@ -13,10 +14,77 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+# ---------------------------------------------------------------------------------- rows
+# name -> worker settings. "auto" means: what the project's config resolution picks here.
+# "parallel2": the batch as two micro-batches side by side (`parallel_micro_batches`), one
+# single-threaded core each (threads intra 1, inter 2, whatever --intra/--inter say).
+# "task": which step it times, and so which peers its ratios are against (bench/train_table.py).
+CONFIGS: dict[str, dict] = {
+    "default": {"kind": "project", "precision": "auto", "jit": "auto"},
+    "parallel2": {
+        "kind": "project",
+        "precision": "auto",
+        "jit": "auto",
+        "hparams": {"parallel_micro_batches": 2},
+        "threads": (1, 2),
+    },
+    "fp32": {"kind": "project", "precision": "float32", "jit": "off"},
+    "fp32+xla": {"kind": "project", "precision": "float32", "jit": "on"},
+    "bf16": {"kind": "project", "precision": "mixed_bfloat16", "jit": "off"},
+    "bf16+xla": {"kind": "project", "precision": "mixed_bfloat16", "jit": "on"},
+    "mg-fp32": {"kind": "peer", "precision": "float32", "jit": "off"},
+    "mg-fp32+xla": {"kind": "peer", "precision": "float32", "jit": "on"},
+    # Hugging Face PyTorch under --hf-python (bench/peer_torch.py); "bf16": its autocast.
+    "hf-fp32": {"kind": "torch", "command": "pretrain"},
+    "hf-bf16": {"kind": "torch", "command": "pretrain", "bf16": True},
+    # The fine-tuning step of a GLUE classifier (bench/project_step.py) and its PyTorch peers.
+    "finetune": {"kind": "finetune", "task": "finetune"},
+    "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
+    "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
+    "hf-finetune-bf16": {"kind": "torch", "command": "finetune", "task": "finetune", "bf16": True},
+    # SQuAD's fine-tuning step at its length ("seq": these rows run at 384 whatever --seq says).
+    "squad": {"kind": "finetune", "task": "squad", "seq": 384},
+    "squad-bf16": {"kind": "finetune", "task": "squad", "seq": 384, "precision": "mixed_bfloat16"},
+    "hf-squad": {"kind": "torch", "command": "qa", "task": "squad", "seq": 384},
+    "hf-squad-bf16": {"kind": "torch", "command": "qa", "task": "squad", "seq": 384, "bf16": True},
+}
+# task -> its PyTorch peers, float32 and bf16 autocast (added to the rows of that task).
+TORCH_PEERS = {
+    "pretrain": ("hf-fp32", "hf-bf16"),
+    "finetune": ("hf-finetune", "hf-finetune-bf16"),
+    "squad": ("hf-squad", "hf-squad-bf16"),
+}
+DEFAULT_CONFIGS = (
+    "default,fp32,fp32+xla,bf16,bf16+xla,mg-fp32,hf-fp32,finetune,finetune-bf16,squad,squad-bf16"
+)
+PEER = "mg-fp32"
+BASELINE = "baseline"
+
+
+def runs_at_length(name: str, seq: int, lengths: Sequence[int]) -> bool:
+    """Whether `name` runs at `seq`: its own length where it has one (SQuAD's), else `lengths`."""
+    fixed = CONFIGS.get(name, {}).get("seq")
+    return seq == fixed if fixed else seq in lengths
+
+
+def task_of(name: str) -> str:
+    """ "pretrain", "finetune" or "squad": the step a configuration times."""
+    return CONFIGS["default" if name == BASELINE else name].get("task", "pretrain")
+
+
+def is_bf16(name: str) -> bool:
+    settings = CONFIGS.get(name, {})
+    return settings.get("bf16", False) or "bfloat16" in settings.get("precision", "")
+
+
 # The peer columns: (column title, {task: the configuration each row of that task is divided by}).
 PEER_COLUMNS: tuple[tuple[str, dict[str, str]], ...] = (
     ("vs MG fp32", {"pretrain": "mg-fp32"}),
-    ("vs HF PyTorch", {"pretrain": "hf-fp32", "finetune": "hf-finetune"}),
+    ("vs HF PyTorch", {"pretrain": "hf-fp32", "finetune": "hf-finetune", "squad": "hf-squad"}),
+    (
+        "vs HF bf16",
+        {"pretrain": "hf-bf16", "finetune": "hf-finetune-bf16", "squad": "hf-squad-bf16"},
+    ),
 )
 
 
@@ -43,18 +111,22 @@ def summarise(
     task_of: dict[str, str],
     flops_per_token: Callable[[str, int], float],
     peak: dict[str, float] | None,
+    runs_at: Callable[[str, int], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (sequence length, configuration), in length then `names` order.
 
-    `task_of`: configuration -> "pretrain" or "finetune" (which peers apply);
+    `task_of`: configuration -> "pretrain", "finetune" or "squad" (which peers apply);
     `flops_per_token(task, seq)`: matrix-product FLOPs of one token's step (for MFU);
     `peak`: `bench.machine.matmul_peaks`' float32 / bfloat16 GFLOP/s (None: no MFU).
-    A configuration with no record at a length gives a row with `failed` set.
+    `runs_at(name, seq)`: whether a configuration runs at that length at all (None: at every
+    length); one that should and has no record gives a row with `failed` set.
     """
     rows = []
     for seq in sorted({r["seq"] for r in records}):
         at_seq = [r for r in records if r["seq"] == seq]
         for name in names:
+            if runs_at and not runs_at(name, seq):
+                continue
             runs = [r for r in at_seq if r["config"] == name]
             row: dict[str, Any] = {"seq": seq, "config": name, "failed": not runs}
             if runs:
@@ -149,12 +221,13 @@ def electra_small_train_flops_per_token(seq: int, vocab: int = 30522) -> float:
 
 
 def electra_small_finetune_flops_per_token(seq: int) -> float:
-    """Matrix-product FLOPs per token of one classifier fine-tuning step (forward x 3): the
-    discriminator's encoder and embedding projection (the [CLS] head is one row in `seq`)."""
+    """Matrix-product FLOPs per token of one fine-tuning step (forward x 3): the
+    discriminator's encoder and embedding projection (a classifier's [CLS] head is one row in
+    `seq`; SQuAD's span head is 2 x 256 per token, 0.01% of it: both left out)."""
     return 3.0 * (_encoder_flops(seq, 256, 12, 1024) + 2.0 * 128 * 256)
 
 
 def flops_per_token(task: str, seq: int) -> float:
-    if task == "finetune":
+    if task in ("finetune", "squad"):
         return electra_small_finetune_flops_per_token(seq)
     return electra_small_train_flops_per_token(seq)

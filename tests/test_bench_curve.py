@@ -43,10 +43,18 @@ def test_ratios_pair_each_round_and_length_with_its_own_peer():
     names = ["default", "finetune", "mg-fp32", "hf-finetune", "hf-fp32"]
     rows = train_table.summarise(records, names, TASKS, flops, PEAK)
     by = {(r["seq"], r["config"]): r for r in rows}
-    assert by[(128, "default")]["ratios"] == {"vs MG fp32": 2.0, "vs HF PyTorch": None}
+    assert by[(128, "default")]["ratios"] == {
+        "vs MG fp32": 2.0,
+        "vs HF PyTorch": None,
+        "vs HF bf16": None,
+    }
     assert by[(512, "default")]["ratios"]["vs MG fp32"] == 2.0
     assert by[(512, "mg-fp32")]["tokens_per_s"] == 75  # the median of its two rounds
-    assert by[(128, "finetune")]["ratios"] == {"vs MG fp32": None, "vs HF PyTorch": 3.0}
+    assert by[(128, "finetune")]["ratios"] == {
+        "vs MG fp32": None,
+        "vs HF PyTorch": 3.0,
+        "vs HF bf16": None,
+    }
     assert by[(128, "hf-finetune")]["ratios"]["vs HF PyTorch"] == 1.0
     assert by[(128, "finetune")]["peak_rss_mib"] == 70
     # MFU: 330 tokens/s x 0.5 MFLOP / 100 GFLOP/s.
@@ -54,8 +62,9 @@ def test_ratios_pair_each_round_and_length_with_its_own_peer():
     assert by[(128, "hf-fp32")]["failed"] and by[(512, "finetune")]["failed"]
     assert train_table.ratio_at(rows, "default", "vs MG fp32", 512) == 2.0
     table = train_table.markdown(rows)
-    assert "| 128 | 32 | finetune | finetune | float32 | off | 330 | - | 3.00x | 0.2% | 70 |" in (
-        table
+    assert (
+        "| 128 | 32 | finetune | finetune | float32 | off | 330 | - | 3.00x | - | 0.2% | 70 |"
+        in (table)
     )
     assert "| 128 | | hf-fp32 | failed |" in table
 

@@ -18,8 +18,10 @@ TINY = (
 @pytest.fixture
 def fake_workers(monkeypatch):
     calls = []
-    speed = {"default": 500.0, "mg-fp32": 400.0, "finetune": 900.0}
-    torch_speed = {"hf-fp32": 250.0, "hf-finetune": 300.0}
+    speed = {"default": 500.0, "mg-fp32": 400.0, "finetune": 900.0, "squad": 600.0}
+    speed.update({"finetune-bf16": 1200.0, "squad-bf16": 900.0})
+    torch_speed = {"hf-fp32": 250.0, "hf-finetune": 300.0, "hf-finetune-bf16": 400.0}
+    torch_speed.update({"hf-squad": 200.0, "hf-squad-bf16": 300.0})
 
     def record(config, tokens, jit):
         return {
@@ -107,6 +109,49 @@ def test_finetune_rows_against_pytorch_and_rows_skipped_without_an_interpreter(
     assert "| 128 | 32 | finetune | finetune | float32 | off | 900 | - | 3.00x |" in out
     names = [c[0] for c in fake_workers if c[0] != "--matmul-worker"]
     assert names == ["--worker=finetune", "hf-fp32", "--worker=mg-fp32", "hf-finetune"]
+
+
+def test_squad_rows_at_their_own_length_and_bf16_rows_against_pytorch_autocast(
+    fake_workers, capsys, tmp_path
+):
+    # SQuAD's step runs at 384 whatever --seq says; a bf16 row brings PyTorch's bf16 autocast
+    # peer beside its float32 one.
+    argv = ["--configs", "finetune-bf16,squad,squad-bf16", "--rounds", "1", "--no-extras"]
+    assert bench_train.main([*argv, "--hf-python", bench_train.PEER_TORCH]) == 0
+    runs = [(c[0], c[2]) for c in fake_workers if c[0] != "--matmul-worker"]
+    assert runs == [
+        ("--worker=finetune-bf16", 128), ("hf-finetune", 128), ("hf-finetune-bf16", 128),
+        ("--worker=squad", 384), ("--worker=squad-bf16", 384),
+        ("hf-squad", 384), ("hf-squad-bf16", 384),
+    ]  # fmt: skip
+    out = capsys.readouterr().out
+    # finetune-bf16: 1200 / 300 against PyTorch float32, 1200 / 400 against its bf16 autocast.
+    assert (
+        "| 128 | 32 | finetune-bf16 | finetune | float32 | off | 1200 | - | 4.00x | 3.00x |" in out
+    )
+    # At 384 the fakes scale by 128 / 384: squad 200 tokens/s, hf-squad 66.7, hf-squad-bf16 100.
+    assert "| 384 | 32 | squad | squad | float32 | off | 200 | - | 3.00x | 2.00x |" in out
+    assert "| 384 | 32 | squad-bf16 | squad | float32 | off | 300 | - | 4.50x | 3.00x |" in out
+
+
+def test_the_torch_rows_pass_bf16_and_read_the_precision(monkeypatch, tmp_path):
+    seen = []
+
+    class Done:
+        returncode = 0
+        stdout = json.dumps({
+            "batch": 32, "seq": 384, "seconds": [2.0], "params": 1, "precision": "bfloat16",
+            "torch": "x", "threads": 2, "peak_rss_mib": 1.0,
+        })  # fmt: skip
+        stderr = ""
+
+    monkeypatch.setattr(bench_train.subprocess, "run", lambda c, **k: seen.append(c) or Done)
+    args = bench_train.parse_args(["--hf-python", "py", "--steps", "1"])
+    result = bench_train.run_torch_child("hf-squad-bf16", args, 10, 384, 32)
+    assert seen[0][2:4] == ["qa", "--batch=32"] and seen[0][-1] == "--bf16"
+    assert result["precision"] == "bfloat16" and result["tokens_per_s"] == 32 * 384 / 2.0
+    bench_train.run_torch_child("hf-finetune", args, 10, 128, 32)
+    assert "--bf16" not in seen[1]
 
 
 def test_unknown_configuration_and_bad_lengths_are_refused(capsys):
