@@ -26,7 +26,16 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "core",
-        ("config", "atomic_io", "run_lock", "device_defaults", "tf_startup", "optimization"),
+        (
+            "config",
+            "atomic_io",
+            "run_lock",
+            "device_defaults",
+            "tf_startup",
+            "optimization",
+            "checkpoint_names",
+            "format_registry",
+        ),
     ),
     ("data", ("data",)),
     ("modeling", ("modeling",)),
