@@ -9,8 +9,8 @@ Hugging Face safetensors folders, Model Garden checkpoints and KerasHub presets.
 replaced only with `--overwrite`, and only when it holds nothing but what an export to that
 format writes; an output that is (or holds, or sits in) the input, or a link, is refused, and a
 second conversion to one output is refused while the first holds its lock
-(`electra_tf/checkpoints/output.py`). The name maps live in `electra_tf/checkpoints/hf.py`,
-`modelgarden.py` and `kerashub.py`, and in each model's `variable_map()` (native); see
+(`electra_tf/checkpoints/output.py`). The formats are the registered ones
+(`electra_tf/format_registry.py`), their names spelled from `electra_tf/checkpoint_names.py`; see
 docs/checkpoints.md. The tokenizer's vocabulary (`--vocab-file`, else the one found with the
 input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt;
 its ids must match the embedding rows (`--vocab-padding`: or be fewer).
