@@ -91,6 +91,9 @@ from electra_tf.checkpoints.modelgarden_names import (  # noqa: F401 (the module
     to_modelgarden,
 )
 from electra_tf.checkpoints.modelgarden_write import (  # noqa: F401 (the module's public names)
+    _dummy_pretrainer_inputs,
+    _import_modelgarden,
+    _trackable,
     build_encoder,
     write,
     write_modelgarden_files,
