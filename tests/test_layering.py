@@ -34,6 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "tf_startup",
             "layerwise_lr",
             "optimization",
+            "checkpoint_names",
+            "format_registry",
         ),
     ),
     ("data", ("data",)),

@@ -1,4 +1,6 @@
 """Checkpoints: weights in and out of every format, and the training state that resumes a run.
+Each format module defines `FORMAT`, registered in `electra_tf/format_registry.py`; the names
+of an ELECTRA checkpoint's parts are `electra_tf/checkpoint_names.py`.
 
 | module             | what lives there                                                      |
 | ------------------ | --------------------------------------------------------------------- |
@@ -7,8 +9,8 @@
 | `weights`          | the neutral form (`SourceWeights`, by original name) and fitting it into a model |
 | `native`           | this project's object-based checkpoints (`ckpt-<step>` + config.json) |
 | `original`         | google-research/electra's TF1 name-based checkpoints                  |
-| `hf`, `safetensors_io` | Hugging Face folders (name map, config.json, safetensors files)   |
-| `modelgarden`      | tf-models-official `BertEncoder` / `ElectraPretrainer` checkpoints     |
+| `hf`, `hf_config`, `safetensors_io` | Hugging Face folders (name map, config.json, safetensors) |
+| `modelgarden` (+ `_names`, `_write`) | tf-models-official `BertEncoder` / `ElectraPretrainer` checkpoints |
 | `kerashub`         | KerasHub `ElectraBackbone` + `ElectraTokenizer` presets (keras_hub lazily) |
 | `config_inference` | a checkpoint's PretrainingConfig, from its shapes or HF configs       |
 | `training_state`   | `TrainingCheckpoints` (model + optimizer + step + data), resume checks |

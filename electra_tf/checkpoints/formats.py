@@ -27,8 +27,9 @@ from __future__ import annotations
 import os
 import shutil
 
-from electra_tf.checkpoints import hf, kerashub, modelgarden
-from electra_tf.checkpoints.config_inference import config_from_models, infer_config
+from electra_tf import checkpoint_names as names
+from electra_tf import format_registry
+from electra_tf.checkpoints.config_inference import config_from_models
 from electra_tf.checkpoints.files import (
     CheckpointError,
     open_checkpoint,
@@ -38,12 +39,9 @@ from electra_tf.checkpoints.native import (
     build_model,
     build_pretrainer,
     damaged_or,
-    read_native,
-    read_native_config,
     weights_kind,
     write_native_files,
 )
-from electra_tf.checkpoints.original import is_model_variable, read_original, write_original_files
 from electra_tf.checkpoints.output import VOCAB_FILE, check_apart, output_dir
 from electra_tf.checkpoints.weights import (
     LoadResult,
@@ -53,43 +51,51 @@ from electra_tf.checkpoints.weights import (
     model_weights,
 )
 from electra_tf.config import ModelConfig, PretrainingConfig
+from electra_tf.format_registry import WeightFormat
 
-FORMATS = ("native", "original", "hf", "modelgarden", "kerashub")
+# The registered formats (electra_tf/format_registry.py), as they were when this was imported.
+FORMATS = format_registry.names()
+
+
+def _checkpoint_keys(path: str):
+    """`keys()` for `WeightFormat.detect`: the checkpoint keys of `path`, read on first call."""
+    read: list = []
+
+    def keys():
+        if not read:
+            prefix = resolve_prefix(path)
+            try:
+                read.append(open_checkpoint(prefix).get_variable_to_shape_map())
+            except CheckpointError as e:  # a damaged index: name the older checkpoint that reads
+                raise damaged_or(prefix, e) from None
+        return read[0]
+
+    return keys
 
 
 def detect_format(path: str) -> str:
-    """'kerashub' for a KerasHub preset folder, 'hf' for a folder with HF config.json files,
-    else 'native', 'modelgarden' or 'original' by the checkpoint's keys. A folder that is only
-    partly one of these (a preset without its weights file, a Model Garden encoder_config.json
-    without a checkpoint) is a CheckpointError naming the format it found."""
-    if os.path.isdir(path):
-        if kerashub.is_kerashub_dir(path):
-            kerashub.check_preset(path)
-            return "kerashub"
-        if hf.is_hf_dir(path):
-            return "hf"
-        if modelgarden.is_export_dir(path):
-            try:
-                resolve_prefix(path)
-            except CheckpointError:
-                raise CheckpointError(
-                    f"{path}: a Model Garden export ({modelgarden.ENCODER_CONFIG_FILE}) without "
-                    "its checkpoint (no `checkpoint` file or ckpt-*.index)"
-                ) from None
-    prefix = resolve_prefix(path)
-    try:
-        names = open_checkpoint(prefix).get_variable_to_shape_map()
-    except CheckpointError as e:  # a damaged index: name the older checkpoint that reads
-        raise damaged_or(prefix, e) from None
-    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
-        return "original"
-    return "modelgarden" if modelgarden.is_modelgarden_checkpoint(names) else "native"
+    """The first registered format (by `detect_order`) that claims `path`: a KerasHub preset
+    folder, a folder with HF config.json files, else 'modelgarden', 'original' or 'native' by
+    the checkpoint's keys. A folder that is only partly one of these (a preset without its
+    weights file, a Model Garden encoder_config.json without a checkpoint) is a
+    CheckpointError naming the format it found."""
+    keys = _checkpoint_keys(path)
+    for weight_format in format_registry.in_detect_order():
+        if weight_format.detect(path, keys):
+            return weight_format.name
+    raise CheckpointError(f"{path}: no registered format reads it")
+
+
+def plugin(fmt: str, auto: bool = True) -> WeightFormat:
+    """The registered format `fmt`; a CheckpointError naming the choices otherwise."""
+    if fmt not in format_registry.names():
+        choices = ("auto, " if auto else "") + ", ".join(format_registry.names())
+        raise CheckpointError(f"format {fmt!r} is not one of {choices}")
+    return format_registry.get(fmt)
 
 
 def _check_format(fmt: str, auto: bool = True) -> None:
-    if fmt not in FORMATS:
-        choices = ("auto, " if auto else "") + ", ".join(FORMATS)
-        raise CheckpointError(f"format {fmt!r} is not one of {choices}")
+    plugin(fmt, auto)
 
 
 def read_weights(
@@ -98,15 +104,7 @@ def read_weights(
     """Reads any format into weights keyed by original names (`fmt="auto"` detects it)."""
     if fmt == "auto":
         fmt = detect_format(path)
-    readers = {
-        "native": read_native,
-        "original": read_original,
-        "hf": hf.read_hf,
-        "modelgarden": modelgarden.read_modelgarden,
-        "kerashub": kerashub.read_kerashub,
-    }
-    _check_format(fmt)
-    return readers[fmt](path, config)
+    return plugin(fmt).read(path, config)
 
 
 def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
@@ -114,20 +112,7 @@ def read_config(path: str, fmt: str = "auto") -> PretrainingConfig:
     native checkpoint, the HF config.json files, or an original checkpoint's variable shapes."""
     if fmt == "auto":
         fmt = detect_format(path)
-    if fmt == "native":
-        return read_native_config(resolve_prefix(path))
-    if fmt == "original":
-        prefix = resolve_prefix(path)
-        shapes = open_checkpoint(prefix).get_variable_to_shape_map()
-        return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
-    if fmt == "hf":
-        return hf.read_pretraining_config(path)
-    if fmt == "modelgarden":
-        return modelgarden.read_modelgarden_config(path)
-    if fmt == "kerashub":
-        return kerashub.read_kerashub_config(path)
-    _check_format(fmt)
-    raise AssertionError(fmt)
+    return plugin(fmt).read_config(path)
 
 
 def load_weights(
@@ -164,8 +149,7 @@ def save_weights(
     config = config or getattr(model, "config", None)
     if isinstance(config, ModelConfig):  # a bare encoder or a fine-tuning model's encoder
         config = config_from_models(config, None, where=type(model).__name__)
-    _check_format(fmt, auto=False)
-    if fmt in ("hf", "modelgarden", "kerashub") and not isinstance(config, PretrainingConfig):
+    if plugin(fmt, auto=False).needs_config and not isinstance(config, PretrainingConfig):
         raise CheckpointError(f"a {fmt} export needs the model's PretrainingConfig (config=...)")
     with output_dir(path, fmt, overwrite) as tmp:
         if fmt == "native":
@@ -174,19 +158,10 @@ def save_weights(
             _write_foreign(model_weights(model), tmp, fmt, config, global_step, None)
 
 
-def _generator_names(names) -> bool:
+def _generator_names(name: str) -> bool:
     """The generator's own variables (an MLM or a two-tower one), and the embeddings it reads
     (shared or its own)."""
-    return names.startswith(
-        (
-            "generator/",
-            "generator_predictions/",
-            "generator_ltr/",
-            "generator_rtl/",
-            "cloze_predictions/",
-            "electra/embeddings/",
-        )
-    )
+    return name.startswith((*names.GENERATOR_SCOPES, f"{names.DISCRIMINATOR}/{names.EMBEDDINGS}/"))
 
 
 def check_complete(source: SourceWeights) -> tuple[str, object | None]:
@@ -195,7 +170,7 @@ def check_complete(source: SourceWeights) -> tuple[str, object | None]:
     that would write a partial (or empty) checkpoint fails instead. Returns the kind and, for
     a native kind, the model built to check it."""
     kind = weights_kind(source.weights, source.config)
-    has_encoder = any(n.startswith("electra/encoder/") for n in source.weights)
+    has_encoder = any(names.is_encoder_variable(n) for n in source.weights)
     if kind == "pretrainer" and not has_encoder and not source.config.uniform_generator:
         model = build_pretrainer(source.config)
         expected = {n: v for n, v in model.variable_map().items() if _generator_names(n)}
@@ -227,17 +202,10 @@ def _write_foreign(
     weights, directory: str, fmt: str, config, global_step: int | None, vocab: str | None
 ) -> None:
     """Writes `weights` in a format other than native into the existing `directory`; the
-    vocabulary goes into the KerasHub tokenizer, or beside the weights as vocab.txt."""
-    if fmt == "original":
-        write_original_files(weights, directory, global_step)
-    elif fmt == "hf":
-        hf.write_hf_files(weights, directory, config)
-    elif fmt == "modelgarden":
-        modelgarden.write_modelgarden_files(weights, directory, config, global_step)
-    else:
-        kerashub.write_kerashub_files(weights, directory, config, vocab)
-        return
-    if vocab is not None:
+    vocabulary goes into the format's tokenizer (KerasHub's), or beside the weights as vocab.txt."""
+    weight_format = plugin(fmt, auto=False)
+    weight_format.write(weights, directory, config, global_step, vocab)
+    if vocab is not None and not weight_format.vocab_in_tokenizer:
         shutil.copyfile(vocab, os.path.join(directory, VOCAB_FILE))
 
 

@@ -47,13 +47,21 @@ from typing import Any
 
 import numpy as np
 
+from electra_tf import checkpoint_names as names
 from electra_tf.checkpoints import safetensors_io
 from electra_tf.checkpoints.config_inference import config_from_models
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
+from electra_tf.checkpoints.hf_config import (  # noqa: F401 (the module's public names)
+    FIXED_FIELDS,
+    HF_ACTIVATIONS,
+    HFFormatError,
+    config_dict,
+    model_config_from_dict,
+)
 from electra_tf.checkpoints.original import is_model_variable
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.modeling.utils import LAYER_NORM_EPSILON
+from electra_tf.format_registry import WeightFormat
 
 DISCRIMINATOR = "discriminator"
 GENERATOR = "generator"
@@ -73,11 +81,7 @@ ELECTRIC_NOTE = (
 HF_TIED_OUTPUT = "generator_lm_head.weight"
 WEIGHTS_FILE = "model.safetensors"  # beside HF's own config.json (CONFIG_FILE)
 _LOG = logging.getLogger(__name__)
-_EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
-
-
-class HFFormatError(CheckpointError):
-    """A Hugging Face directory that cannot be read or written; the message names the file."""
+_EMBEDDING_TABLES = names.EMBEDDING_TABLES
 
 
 def is_kernel(original_name: str) -> bool:
@@ -155,89 +159,6 @@ def from_hf(
         leaf = hf_name.rsplit(".", 1)[1]
         return "discriminator_predictions/dense_1/" + ("kernel" if leaf == "weight" else leaf)
     return _leaf_from_hf(hf_name)
-
-
-# ------------------------------------------------------------------------------- configs
-def config_dict(model_config: ModelConfig, architecture: str) -> dict[str, Any]:
-    """transformers' ElectraConfig fields for one network."""
-    return {
-        "architectures": [architecture],
-        "model_type": "electra",
-        "vocab_size": model_config.vocab_size,
-        "embedding_size": model_config.embedding_width,
-        "hidden_size": model_config.hidden_size,
-        "num_hidden_layers": model_config.num_hidden_layers,
-        "num_attention_heads": model_config.num_attention_heads,
-        "intermediate_size": model_config.intermediate_size,
-        "hidden_act": model_config.hidden_act,
-        "hidden_dropout_prob": model_config.hidden_dropout_prob,
-        "attention_probs_dropout_prob": model_config.attention_probs_dropout_prob,
-        "max_position_embeddings": model_config.max_position_embeddings,
-        "type_vocab_size": model_config.type_vocab_size,
-        "initializer_range": model_config.initializer_range,
-        # What ELECTRA fixes, written out so that transformers builds the same network.
-        "layer_norm_eps": LAYER_NORM_EPSILON,
-        "position_embedding_type": "absolute",
-        "pad_token_id": 0,
-        "tie_word_embeddings": True,
-        "is_decoder": False,
-        "add_cross_attention": False,
-    }
-
-
-# HF config fields that change the network, with the only value ELECTRA's network has; any
-# other value is refused on import rather than silently dropped.
-FIXED_FIELDS = {
-    "layer_norm_eps": LAYER_NORM_EPSILON,
-    "position_embedding_type": "absolute",
-    "is_decoder": False,
-    "add_cross_attention": False,
-    "tie_word_embeddings": True,
-}
-# Activations that mean the same function here (tf_keras) and in transformers.
-HF_ACTIVATIONS = ("gelu", "relu")
-
-
-def model_config_from_dict(values: Mapping[str, Any], where: str) -> ModelConfig:
-    """A ModelConfig from an HF config.json (absent fields take ElectraConfig's defaults)."""
-    if values.get("model_type", "electra") != "electra":
-        raise HFFormatError(f"{where}: model_type {values.get('model_type')!r} is not 'electra'")
-    defaults = {  # transformers' ElectraConfig defaults (the small discriminator)
-        "vocab_size": 30522,
-        "embedding_size": 128,
-        "hidden_size": 256,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 4,
-        "intermediate_size": 1024,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1,
-        "max_position_embeddings": 512,
-        "type_vocab_size": 2,
-        "initializer_range": 0.02,
-    }
-    args = {key: values.get(key, default) for key, default in defaults.items()}
-    for key, fixed in FIXED_FIELDS.items():
-        value = values.get(key, fixed)
-        same = value == fixed if not isinstance(fixed, float) else abs(value - fixed) <= 1e-15
-        if not same:
-            raise HFFormatError(
-                f"{where}: {key} {value!r}, but ELECTRA's network has {fixed!r} only "
-                "(only absolute position embeddings exist in ELECTRA)"
-                if key == "position_embedding_type"
-                else f"{where}: {key} {value!r}, but ELECTRA's network has {fixed!r} only"
-            )
-    if args["hidden_act"] not in HF_ACTIVATIONS:
-        raise HFFormatError(
-            f"{where}: hidden_act {args['hidden_act']!r} is not one of {HF_ACTIVATIONS} "
-            "(transformers' gelu is the exact erf form, ELECTRA's)"
-        )
-    if values.get("pad_token_id", 0) != 0:
-        _LOG.warning(
-            "%s: pad_token_id %s; ELECTRA pads with id 0 (it does not change the outputs)",
-            where, values["pad_token_id"],
-        )  # fmt: skip
-    return ModelConfig(**args)
 
 
 # ------------------------------------------------------------------------------- folders
@@ -389,8 +310,12 @@ def read_tensors(path: str, masked_lm: bool = False) -> tuple[dict[str, np.ndarr
     untied = False
     if DISCRIMINATOR in tensors_by_part and GENERATOR in tensors_by_part:
         disc, gen = tensors_by_part[DISCRIMINATOR], tensors_by_part[GENERATOR]
-        shared = [k for k in disc if k.startswith("electra.embeddings.") and k not in HF_IGNORED]
-        untied = any(k not in gen or not np.array_equal(disc[k], gen[k]) for k in shared)
+        block = {
+            k: v
+            for k, v in disc.items()
+            if k.startswith("electra.embeddings.") and k not in HF_IGNORED
+        }
+        untied = not names.embeddings_shared(block, gen)
     for part, tensors in tensors_by_part.items():
         for hf_name, value in tensors.items():
             if hf_name == HF_TIED_OUTPUT:
@@ -425,7 +350,7 @@ def write(
     as attributes). Returns the names that have no HF counterpart (fine-tuning heads), which
     are not written.
     """
-    untied = "generator/embeddings/word_embeddings" in weights
+    untied = names.own_generator_embeddings(weights)
     per_part: dict[str, dict[str, np.ndarray]] = {part: {} for part in configs}
     dropped = []
     for name, value in weights.items():
@@ -463,7 +388,7 @@ def read_hf(path: str, config: PretrainingConfig | None = None) -> SourceWeights
     masked_lm = not config.has_discriminator if config else set(folders(path)) == {GENERATOR}
     weights, unused = read_tensors(path, masked_lm)
     if config is None:
-        untied = "generator/embeddings/word_embeddings" in weights
+        untied = names.own_generator_embeddings(weights)
         configs = read_model_configs(path)
         config = pretraining_config(configs, untied, path, electric=is_electric(path))
     return SourceWeights(weights, "hf", path, config, None, [], unused)
@@ -478,9 +403,9 @@ def write_hf_files(
     masked_lm = not config.has_discriminator
     if masked_lm:  # the BERT objective: its one network is the masked LM's
         configs[GENERATOR] = config.discriminator_config()
-    if any(n.startswith("electra/encoder/") for n in weights) and not masked_lm:
+    if any(names.is_encoder_variable(n) for n in weights) and not masked_lm:
         configs[DISCRIMINATOR] = config.discriminator_config()
-    if "generator_predictions/output_bias" in weights and not masked_lm:
+    if names.GENERATOR_OUTPUT_BIAS in weights and not masked_lm:
         configs[GENERATOR] = config.generator_config()
     extra = {}
     if config.electric_objective and DISCRIMINATOR in configs:
@@ -492,3 +417,28 @@ def write_hf_files(
     dropped = write(weights, directory, configs, masked_lm, extra)
     if dropped:
         _LOG.warning("HF export has no place for %d variables: %s", len(dropped), dropped)
+
+
+def rename(
+    name: str, shape, config: PretrainingConfig, native_vars=None
+) -> list[tuple[str, tuple]]:
+    """`WeightFormat.rename`: the folder/name and (transposed kernel) shape of one tensor."""
+    transposed = tuple(reversed(shape)) if is_kernel(name) else tuple(shape)
+    pairs = to_hf(name, not config.has_discriminator)
+    return [(f"{folder}/{hf_name}", transposed) for folder, hf_name in pairs]
+
+
+def _write(weights, directory: str, config, global_step: int | None, vocab: str | None) -> None:
+    write_hf_files(weights, directory, config)
+
+
+FORMAT = WeightFormat(
+    name="hf",
+    detect=lambda path, keys: os.path.isdir(path) and is_hf_dir(path),
+    detect_order=20,
+    read_config=read_pretraining_config,
+    read=read_hf,
+    write=_write,
+    rename=rename,
+    untied_by_values=True,
+)

@@ -21,24 +21,12 @@ use the exact erf form. The weights carry over exactly; the backbone's outputs d
 project's by what that approximation makes (docs/checkpoints.md gives the figures). Read back,
 a preset is an ELECTRA network with the exact GELU again.
 
-Name map (i = layer; n = heads, d = H / n; "heads": the [H, H] kernel is [H, n, d] in KerasHub
-and its bias [n, d]; "heads-out": the [H, H] kernel is [n, d, H]):
-
-| original (TF1, scope electra/ or generator/)      | KerasHub weight path                                  |
-| ------------------------------------------------- | ----------------------------------------------------- |
-| embeddings/word_embeddings                        | token_embedding/embeddings                            |
-| embeddings/position_embeddings                    | position_embedding/embeddings                         |
-| embeddings/token_type_embeddings                  | segment_embedding/embeddings                          |
-| embeddings/LayerNorm/{gamma,beta}                 | embeddings_layer_norm/{gamma,beta}                    |
-| embeddings_project/{kernel,bias} (E != H)         | embeddings_projection/{kernel,bias}                   |
-| encoder/layer_i/attention/self/{query,key,value}  | transformer_layer_i/self_attention_layer/{query,key,value} (heads) |
-| encoder/layer_i/attention/output/dense            | transformer_layer_i/self_attention_layer/attention_output (heads-out) |
-| encoder/layer_i/attention/output/LayerNorm        | transformer_layer_i/self_attention_layer_norm         |
-| encoder/layer_i/intermediate/dense                | transformer_layer_i/feedforward_intermediate_dense    |
-| encoder/layer_i/output/dense                      | transformer_layer_i/feedforward_output_dense          |
-| encoder/layer_i/output/LayerNorm                  | transformer_layer_i/feedforward_layer_norm            |
-| discriminator_predictions/*, generator_predictions/* | electra_heads.safetensors (same names)             |
-| (none: ELECTRA has no pooler)                     | pooled_dense: written as KerasHub initialises it, ignored on import |
+Name map: `_PATHS` below, keyed by the original's names (`electra_tf.checkpoint_names`): word,
+position and token-type tables are `token_embedding`, `position_embedding`, `segment_embedding`;
+layer i is `transformer_layer_i`, its query/key/value kernels [H, n, d] and biases [n, d], its
+attention output kernel [n, d, H] (n heads, d = H / n). The heads are in
+electra_heads.safetensors under their original names; KerasHub's `pooled_dense` (ELECTRA has no
+pooler) is written as KerasHub initialises it and ignored on import.
 
 keras_hub (and Keras 3) are imported here only, by the functions that need them
 (requirements-interop.txt); detecting a preset and reading its config need neither.
@@ -56,18 +44,16 @@ from typing import Any
 
 import numpy as np
 
+from electra_tf import checkpoint_names as names
+from electra_tf.checkpoint_names import HEADS, HEADS_OUT
+from electra_tf.checkpoint_names import merge_heads as from_modelgarden
+from electra_tf.checkpoint_names import split_heads as to_modelgarden
 from electra_tf.checkpoints import safetensors_io
 from electra_tf.checkpoints.config_inference import check_config_matches, config_from_models
 from electra_tf.checkpoints.files import CheckpointError, first_line
-from electra_tf.checkpoints.modelgarden import (
-    HEADS,
-    HEADS_OUT,
-    PLAIN,
-    from_modelgarden,
-    to_modelgarden,
-)
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
+from electra_tf.format_registry import WeightFormat
 
 PRESET_CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -80,49 +66,43 @@ GENERATOR = "generator"
 BACKBONE = "keras_hub>ElectraBackbone"
 _LOG = logging.getLogger(__name__)
 
-_EMBEDDINGS = {
-    "embeddings/word_embeddings": "token_embedding/embeddings",
-    "embeddings/position_embeddings": "position_embedding/embeddings",
-    "embeddings/token_type_embeddings": "segment_embedding/embeddings",
-    "embeddings/LayerNorm/gamma": "embeddings_layer_norm/gamma",
-    "embeddings/LayerNorm/beta": "embeddings_layer_norm/beta",
-}
-_PROJECTION = {
-    "embeddings_project/kernel": "embeddings_projection/kernel",
-    "embeddings_project/bias": "embeddings_projection/bias",
-}
-_LAYER = {  # encoder/layer_i/<key> <-> transformer_layer_i/<path>
-    "attention/self/query/kernel": ("self_attention_layer/query/kernel", HEADS),
-    "attention/self/query/bias": ("self_attention_layer/query/bias", HEADS),
-    "attention/self/key/kernel": ("self_attention_layer/key/kernel", HEADS),
-    "attention/self/key/bias": ("self_attention_layer/key/bias", HEADS),
-    "attention/self/value/kernel": ("self_attention_layer/value/kernel", HEADS),
-    "attention/self/value/bias": ("self_attention_layer/value/bias", HEADS),
-    "attention/output/dense/kernel": ("self_attention_layer/attention_output/kernel", HEADS_OUT),
-    "attention/output/dense/bias": ("self_attention_layer/attention_output/bias", PLAIN),
-    "attention/output/LayerNorm/gamma": ("self_attention_layer_norm/gamma", PLAIN),
-    "attention/output/LayerNorm/beta": ("self_attention_layer_norm/beta", PLAIN),
-    "intermediate/dense/kernel": ("feedforward_intermediate_dense/kernel", PLAIN),
-    "intermediate/dense/bias": ("feedforward_intermediate_dense/bias", PLAIN),
-    "output/dense/kernel": ("feedforward_output_dense/kernel", PLAIN),
-    "output/dense/bias": ("feedforward_output_dense/bias", PLAIN),
-    "output/LayerNorm/gamma": ("feedforward_layer_norm/gamma", PLAIN),
-    "output/LayerNorm/beta": ("feedforward_layer_norm/beta", PLAIN),
-}
-HEAD_SCOPES = ("discriminator_predictions/", "generator_predictions/")
+# Paths of EMBEDDING_KEYS, PROJECTION_KEYS, LAYER_KEYS (below transformer_layer_i), in order.
+_PATHS = names.format_paths(
+    (
+        "token_embedding/embeddings",
+        "position_embedding/embeddings",
+        "segment_embedding/embeddings",
+        "embeddings_layer_norm/gamma",
+        "embeddings_layer_norm/beta",
+    ),
+    ("embeddings_projection/kernel", "embeddings_projection/bias"),
+    (
+        ("self_attention_layer/query/kernel", HEADS),
+        ("self_attention_layer/query/bias", HEADS),
+        ("self_attention_layer/key/kernel", HEADS),
+        ("self_attention_layer/key/bias", HEADS),
+        ("self_attention_layer/value/kernel", HEADS),
+        ("self_attention_layer/value/bias", HEADS),
+        ("self_attention_layer/attention_output/kernel", HEADS_OUT),
+        "self_attention_layer/attention_output/bias",
+        "self_attention_layer_norm/gamma",
+        "self_attention_layer_norm/beta",
+        "feedforward_intermediate_dense/kernel",
+        "feedforward_intermediate_dense/bias",
+        "feedforward_output_dense/kernel",
+        "feedforward_output_dense/bias",
+        "feedforward_layer_norm/gamma",
+        "feedforward_layer_norm/beta",
+    ),
+)
+HEAD_SCOPES = names.HEAD_SCOPES
 
 
 def backbone_table(scope: str, num_layers: int, projection: bool) -> list[tuple[str, str, str]]:
     """(original name, KerasHub weight path, layout) for one ElectraBackbone."""
-    rows = [(f"{scope}/{k}", v, PLAIN) for k, v in _EMBEDDINGS.items()]
-    if projection:
-        rows += [(f"{scope}/{k}", v, PLAIN) for k, v in _PROJECTION.items()]
-    for i in range(num_layers):
-        for key, (path, layout) in _LAYER.items():
-            rows.append(
-                (f"{scope}/encoder/layer_{i}/{key}", f"transformer_layer_{i}/{path}", layout)
-            )
-    return rows
+    return names.encoder_table(
+        scope, num_layers, projection, _PATHS, lambda i: f"transformer_layer_{i}"
+    )
 
 
 def target_names(name: str, shape, config: PretrainingConfig) -> list[tuple[str, tuple]]:
@@ -131,26 +111,20 @@ def target_names(name: str, shape, config: PretrainingConfig) -> list[tuple[str,
     if name.startswith(HEAD_SCOPES):
         return [(f"{HEADS_FILE}:{name}", tuple(shape))]
     found = []
-    networks = [("", "electra", config.discriminator_config())]
-    if config.has_discriminator and config.untied_generator:
-        networks.append((f"{GENERATOR}/", "generator", config.generator_config()))
-    for folder, scope, network in networks:
-        rows = backbone_table(
-            scope, network.num_hidden_layers, network.embedding_width != network.hidden_size
-        )
-        for row_name, path, layout in rows:
-            shared = (
-                scope == "generator"
-                and not config.untied_generator_embeddings
-                and row_name == name.replace("electra/", "generator/", 1)
-                and name.startswith("electra/embeddings/")
-            )
-            if row_name == name or shared:
-                value = to_modelgarden(
-                    np.empty(shape, np.int8), layout, network.num_attention_heads
-                )
-                found.append((f"{folder}{path}", value.shape))
+    for scope, network in names.separate_networks(config):
+        folder = f"{GENERATOR}/" if scope == names.GENERATOR else ""
+        projection = network.embedding_width != network.hidden_size
+        for row, path, layout in backbone_table(scope, network.num_hidden_layers, projection):
+            if names.placed_at(name, scope, row, config):
+                shape_there = names.split_shape(shape, layout, network.num_attention_heads)
+                found.append((f"{folder}{path}", shape_there))
     return found
+
+
+def rename(
+    name: str, shape, config: PretrainingConfig, native_vars=None
+) -> list[tuple[str, tuple]]:
+    return target_names(name, shape, config)
 
 
 # ------------------------------------------------------------------------------- detection
@@ -371,14 +345,11 @@ def read_kerashub(path: str, config: PretrainingConfig | None = None) -> SourceW
     generator = os.path.join(path, GENERATOR)
     if preset_class(generator):
         gen_weights = _backbone_weights(generator, "generator")
-        same = all(
-            np.array_equal(weights[f"electra/{k}"], gen_weights[f"generator/{k}"])
-            if weights[f"electra/{k}"].shape == gen_weights[f"generator/{k}"].shape
-            else False
-            for k in _EMBEDDINGS
-        )
+        keys = names.EMBEDDING_KEYS
+        disc = {k: weights[f"electra/{k}"] for k in keys}
+        same = names.embeddings_shared(disc, {k: gen_weights[f"generator/{k}"] for k in keys})
         if same:
-            for key in _EMBEDDINGS:
+            for key in keys:
                 del gen_weights[f"generator/{key}"]
         untied = not same
         weights.update(gen_weights)
@@ -429,7 +400,7 @@ def write_kerashub_files(
             "KerasHub has no two-tower (Electric) generator; export the discriminator alone "
             "(--discriminator-only)"
         )
-    if not any(n.startswith("electra/encoder/") for n in weights):
+    if not any(names.is_encoder_variable(n) for n in weights):
         raise CheckpointError("a generator without its discriminator has no KerasHub form here")
     keras_hub = _import_keras_hub()
     _write_preset(keras_hub, weights, "electra", config.discriminator_config(), directory)
@@ -447,3 +418,30 @@ def write_kerashub_files(
     _write_tokenizer(keras_hub, vocab, config, directory)
     if has_generator_encoder:
         _write_tokenizer(keras_hub, vocab, config, os.path.join(directory, GENERATOR))
+
+
+def _detect(path: str, keys) -> bool:
+    """A KerasHub preset folder (an incomplete one is a CheckpointError)."""
+    if os.path.isdir(path) and is_kerashub_dir(path):
+        check_preset(path)
+        return True
+    return False
+
+
+def write(weights, directory: str, config, global_step: int | None, vocab: str | None) -> None:
+    write_kerashub_files(weights, directory, config, vocab)
+
+
+FORMAT = WeightFormat(
+    name="kerashub",
+    detect=_detect,
+    detect_order=10,
+    read_config=read_kerashub_config,
+    read=read_kerashub,
+    write=write,
+    rename=rename,
+    vocab_in_tokenizer=True,
+    vocab_file=vocab_file,
+    untied_by_values=True,
+    no_place_shapes=False,
+)

@@ -31,6 +31,7 @@ from electra_tf.checkpoints.recovery import (
 )
 from electra_tf.checkpoints.weights import GENERATOR_HEAD_BIASES, SourceWeights
 from electra_tf.config import PretrainingConfig, save_config
+from electra_tf.format_registry import WeightFormat
 
 # What a native checkpoint can hold: the whole pretrainer, the discriminator (encoder + its
 # replaced-token head, what an HF `ElectraForPreTraining` folder is) or the bare encoder (an
@@ -186,3 +187,24 @@ def restore_weights(model: Any, path: str) -> None:
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()  # the optimizer, step and data iterator are deliberately left out
     status.assert_existing_objects_matched()
+
+
+def _rename(name: str, shape, config: PretrainingConfig, native_vars) -> list[tuple[str, tuple]]:
+    """`WeightFormat.rename`: the model variable that holds the tensor (`native_vars`: the
+    target model's `variable_map()`; none known, no place)."""
+    var = (native_vars or {}).get(name)
+    return [] if var is None else [(f"model:{var.name}", tuple(var.shape))]
+
+
+# Any checkpoint that no other format claims is tried as a native one (detect_order last).
+# Writing builds the model (`formats.write_weights`), so `write` is None.
+FORMAT = WeightFormat(
+    name="native",
+    detect=lambda path, keys: True,
+    detect_order=90,
+    read_config=lambda path: read_native_config(resolve_prefix(path)),
+    read=read_native,
+    write=None,
+    rename=_rename,
+    needs_config=False,
+)

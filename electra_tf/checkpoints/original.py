@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import checkpoint_names as names
 from electra_tf.checkpoints.config_inference import infer_config
 from electra_tf.checkpoints.files import (
     open_checkpoint,
@@ -22,24 +23,27 @@ from electra_tf.checkpoints.files import (
 )
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig
+from electra_tf.format_registry import WeightFormat
 
 ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 
+
 # Every pre-training variable name of docs/faithfulness.md, section 9 'Checkpoint variable names',
 # and of Electric's two-tower generator
 # (run_pretraining.py's `generator_ltr` / `generator_rtl` BertModels and `cloze_predictions`);
-# fine-tuning heads are `task_specific/`.
-_ENCODER_SCOPES = "(electra|generator|generator_ltr|generator_rtl)"
+# fine-tuning heads are `task_specific/`. Spelled from `checkpoint_names`.
+def _either(*alternatives: str) -> str:
+    return "(" + "|".join(re.escape(a) for a in alternatives) + ")"
+
+
+_ENCODER_SCOPES = _either(*names.ENCODER_SCOPES)
 _MODEL_VARIABLE = re.compile(
-    rf"{_ENCODER_SCOPES}/embeddings/"
-    r"(word_embeddings|position_embeddings|token_type_embeddings|LayerNorm/(gamma|beta))"
-    rf"|{_ENCODER_SCOPES}/embeddings_project/(kernel|bias)"
-    rf"|{_ENCODER_SCOPES}/encoder/layer_\d+/"
-    r"((attention/self/(query|key|value)|attention/output/dense|intermediate/dense|output/dense)"
-    r"/(kernel|bias)|(attention/output|output)/LayerNorm/(gamma|beta))"
-    r"|discriminator_predictions/(dense|dense_1)/(kernel|bias)"
-    r"|(generator|cloze)_predictions/(dense/(kernel|bias)|LayerNorm/(gamma|beta)|output_bias)"
+    rf"{_ENCODER_SCOPES}/{_either(*names.EMBEDDING_KEYS, *names.PROJECTION_KEYS)}"
+    rf"|{_ENCODER_SCOPES}/encoder/layer_\d+/{_either(*names.LAYER_KEYS)}"
+    rf"|{_either(*names.DISCRIMINATOR_HEAD_KEYS)}"
+    rf"|{_either(*names.GENERATOR_HEAD_KEYS)}"
+    rf"|{_either(*(k.replace(names.GENERATOR_HEAD, names.CLOZE_HEAD, 1) for k in names.GENERATOR_HEAD_KEYS))}"
 )
 
 
@@ -90,3 +94,26 @@ def write_original_files(
     )
     write_state_file(directory, name)
     return os.path.join(directory, name)
+
+
+def read_original_config(path: str) -> PretrainingConfig:
+    """The config an original checkpoint's variable shapes give (no tensor read)."""
+    prefix = resolve_prefix(path)
+    shapes = open_checkpoint(prefix).get_variable_to_shape_map()
+    return infer_config({n: s for n, s in shapes.items() if is_model_variable(n)}, prefix)
+
+
+def _write(weights, directory: str, config, global_step: int | None, vocab: str | None) -> None:
+    write_original_files(weights, directory, global_step)
+
+
+FORMAT = WeightFormat(
+    name="original",
+    detect=lambda path, keys: "_CHECKPOINTABLE_OBJECT_GRAPH" not in keys(),
+    detect_order=40,
+    read_config=read_original_config,
+    read=read_original,
+    write=_write,
+    rename=lambda name, shape, config, native_vars=None: [(name, tuple(shape))],
+    needs_config=False,
+)

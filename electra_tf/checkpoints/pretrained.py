@@ -12,7 +12,8 @@ import dataclasses
 import json
 import os
 
-from electra_tf.checkpoints import formats, kerashub
+from electra_tf.checkpoint_names import own_generator_embeddings
+from electra_tf.checkpoints import formats
 from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
 from electra_tf.checkpoints.weights import SourceWeights
@@ -26,7 +27,7 @@ VOCAB_FILE = "vocab.txt"  # beside a shipped model's weights (`pretrained/<name>
 class PretrainedModel:
     """A checkpoint of any format, its format detected and its config read, once.
 
-    `path`: the folder or checkpoint prefix as given. `fmt`: one of `formats.FORMATS`.
+    `path`: the folder or checkpoint prefix as given. `fmt`: a registered format (`format_registry`).
     `config`: the PretrainingConfig given to `read_pretrained`, else the checkpoint's own (a
     native checkpoint's config.json, an original or Model Garden one's shapes, the HF or
     KerasHub config.json files). `vocab_file`: the `vocab.txt` beside the weights (a KerasHub
@@ -52,8 +53,8 @@ class PretrainedModel:
 def _read_weights(model: PretrainedModel) -> SourceWeights:
     """The tensors of `model`, read with its config (no second detection, no second read)."""
     source = formats.read_weights(model.path, model.fmt, model.config)
-    untied = "generator/embeddings/word_embeddings" in source.weights
-    if model.fmt in ("hf", "kerashub") and not model.config_given and untied:
+    untied = own_generator_embeddings(source.weights)
+    if formats.plugin(model.fmt).untied_by_values and not model.config_given and untied:
         # HF and KerasHub generator embedding tables as wide as the discriminator's are told
         # apart from the shared ones by their values only: what the reader concludes from them.
         config = dataclasses.replace(model.config, untied_generator_embeddings=True)
@@ -73,8 +74,7 @@ def read_pretrained(
     """
     if fmt == "auto":
         fmt = formats.detect_format(path)
-    elif fmt not in formats.FORMATS:
-        raise CheckpointError(f"format {fmt!r} is not one of auto, {', '.join(formats.FORMATS)}")
+    formats.plugin(fmt)  # an unknown name: a CheckpointError naming the choices
     given = config is not None
     if config is None:
         config = formats.read_config(path, fmt)
@@ -85,8 +85,9 @@ def find_vocab(path: str, fmt: str) -> str | None:
     """The vocabulary that came with a checkpoint: a KerasHub preset's tokenizer vocabulary,
     else `vocab.txt` in the checkpoint's folder; None when there is none."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
-    if fmt == "kerashub" and kerashub.vocab_file(folder):
-        return kerashub.vocab_file(folder)
+    own = formats.plugin(fmt).vocab_file
+    if own is not None and own(folder):
+        return own(folder)
     vocab = os.path.join(folder, VOCAB_FILE)
     return vocab if os.path.isfile(vocab) else None
 

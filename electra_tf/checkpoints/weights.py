@@ -13,13 +13,14 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import checkpoint_names as names
 from electra_tf.checkpoints.files import CheckpointError
 from electra_tf.config import PretrainingConfig
 
 _LOG = logging.getLogger(__name__)
 
 # The output bias of each kind of generator head: there is a generator iff one is present.
-GENERATOR_HEAD_BIASES = ("generator_predictions/output_bias", "cloze_predictions/output_bias")
+GENERATOR_HEAD_BIASES = (names.GENERATOR_OUTPUT_BIAS, f"{names.CLOZE_HEAD}/output_bias")
 
 
 @dataclasses.dataclass

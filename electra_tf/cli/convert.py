@@ -9,8 +9,8 @@ Hugging Face safetensors folders, Model Garden checkpoints and KerasHub presets.
 replaced only with `--overwrite`, and only when it holds nothing but what an export to that
 format writes; an output that is (or holds, or sits in) the input, or a link, is refused, and a
 second conversion to one output is refused while the first holds its lock
-(`electra_tf/checkpoints/output.py`). The name maps live in `electra_tf/checkpoints/hf.py`,
-`modelgarden.py` and `kerashub.py`, and in each model's `variable_map()` (native); see
+(`electra_tf/checkpoints/output.py`). The formats are the registered ones
+(`electra_tf/format_registry.py`), their names spelled from `electra_tf/checkpoint_names.py`; see
 docs/checkpoints.md. The tokenizer's vocabulary (`--vocab-file`, else the one found with the
 input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt;
 its ids must match the embedding rows (`--vocab-padding`: or be fewer).
@@ -25,19 +25,13 @@ import sys
 
 import numpy as np
 
+from electra_tf import format_registry
+from electra_tf.checkpoint_names import GENERATOR_SCOPES
 from electra_tf.config import ConfigError, PretrainingConfig
 
-# The formats `electra_tf.checkpoints` reads and writes (its FORMATS; kept here so that --help
-# imports no TensorFlow, and checked equal by tests/test_reliability.py).
-FORMATS = ("native", "original", "hf", "modelgarden", "kerashub")
-# Variable scopes that belong to the generator alone (the embeddings are the discriminator's).
-GENERATOR_SCOPES = (
-    "generator/",
-    "generator_predictions/",
-    "generator_ltr/",
-    "generator_rtl/",
-    "cloze_predictions/",
-)
+# The registered formats (`electra_tf/format_registry.py`, which imports no TensorFlow, so that
+# --help stays quick); equal to `electra_tf.checkpoints.FORMATS`.
+FORMATS = format_registry.names()
 
 
 def _selected(source, float16: bool, discriminator_only: bool):
@@ -56,8 +50,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m electra_tf.convert", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--from", dest="src", default="auto", choices=["auto", *FORMATS])
-    parser.add_argument("--to", dest="dst", required=True, choices=FORMATS)
+    formats = format_registry.names()  # as registered now (a plugin may have added one)
+    listed = "; ".join(f"{f}: {format_registry.description(f)}" for f in formats)
+    parser.add_argument(
+        "--from",
+        dest="src",
+        default="auto",
+        choices=["auto", *formats],
+        help=f"the input's format (auto: detected). {listed}",
+    )
+    parser.add_argument(
+        "--to", dest="dst", required=True, choices=formats, help="the output's format"
+    )
     parser.add_argument("--input", required=True, help="checkpoint prefix or directory")
     parser.add_argument("--output", required=True, help="directory to create")
     parser.add_argument(
@@ -92,37 +96,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _new_format_lines(source, dst: str, native_vars) -> list[str]:
-    """The dry run's lines when the source or the target is a Model Garden or KerasHub one
-    (their name tables live in their modules; `mapping.mapping_lines` knows the others)."""
-    from electra_tf.checkpoints import kerashub, mapping, modelgarden
-
-    tables = {"modelgarden": modelgarden.target_names, "kerashub": kerashub.target_names}
-    masked_lm = not source.config.has_discriminator
-
-    def names(fmt: str, name: str, shape) -> list[tuple[str, tuple]]:
-        if fmt in tables:
-            return tables[fmt](name, shape, source.config)
-        return mapping._names_in(fmt, name, shape, native_vars or {}, masked_lm)
-
-    lines, no_place = [], []
-    for name in sorted(source.weights):
-        shape = source.weights[name].shape
-        sources = names(source.fmt, name, shape)[:1]  # a shared tensor is read from one place
-        targets = names(dst, name, shape)
-        if not targets:
-            no_place.append(name)
-        for src, src_shape in sources:
-            for target, target_shape in targets:
-                lines.append(
-                    f"{src} {mapping._shape(src_shape)} -> {target} {mapping._shape(target_shape)}"
-                )
-    lines += [f"{n} -> (no place in {dst})" for n in no_place]
-    lines += [f"{n} -> (skipped: optimizer slot / step)" for n in source.skipped]
-    lines += [f"{n} -> (unused: not an ELECTRA variable)" for n in source.unused]
-    return lines
-
-
 def _dry_run(source, dst: str) -> None:
     """Prints every "source name [shape] -> target name [shape]" line; writes nothing. The same
     completeness check as a real conversion; native maps to its model."""
@@ -135,10 +108,7 @@ def _dry_run(source, dst: str) -> None:
         if model is None:
             raise checkpoints.CheckpointError(f"a {kind} on its own has no native form")
         native_vars = model.variable_map()
-    if {source.fmt, dst} & {"modelgarden", "kerashub"}:
-        print("\n".join(_new_format_lines(source, dst, native_vars)))
-    else:
-        print("\n".join(mapping_lines(source, dst, native_vars)))
+    print("\n".join(mapping_lines(source, dst, native_vars)))
     step = "none" if source.global_step is None else source.global_step
     print(
         f"# {len(source.weights)} tensors, {source.fmt} -> {dst}, global_step {step}; nothing written"
@@ -151,6 +121,7 @@ def _vocab_file(args: argparse.Namespace, source) -> str | None:
     tokenizer, for the special tokens it needs) before anything is written."""
     import os
 
+    from electra_tf.checkpoints.formats import plugin
     from electra_tf.checkpoints.pretrained import check_vocab_rows, embedding_rows, find_vocab
     from electra_tf.data.tokenization import SPECIAL_TOKENS
 
@@ -164,7 +135,7 @@ def _vocab_file(args: argparse.Namespace, source) -> str | None:
         recorded = source.config.resolved_vocab_file()
         found = recorded if os.path.isfile(recorded) else None
     if found is not None:
-        required = SPECIAL_TOKENS if args.dst == "kerashub" else ()
+        required = SPECIAL_TOKENS if plugin(args.dst).vocab_in_tokenizer else ()
         model = f"{source.path} ({source.fmt})"
         check_vocab_rows(found, embedding_rows(source), model, required, args.vocab_padding)
     return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
@@ -95,10 +96,10 @@ class Embeddings(ConfiguredLayer):
     def variable_map(self, scope: str = "electra") -> dict[str, tf.Variable]:
         """Original checkpoint names (`<scope>/embeddings/...`) -> variables."""
         require_built(self)
-        prefix = f"{scope}/embeddings"
+        prefix = names.embeddings_prefix(scope)
         return {
-            f"{prefix}/word_embeddings": self.word_embeddings,
-            f"{prefix}/token_type_embeddings": self.token_type_embeddings,
-            f"{prefix}/position_embeddings": self.position_embeddings,
-            **layer_norm_map(f"{prefix}/LayerNorm", self.layer_norm),
+            f"{prefix}/{names.WORD_EMBEDDINGS}": self.word_embeddings,
+            f"{prefix}/{names.TOKEN_TYPE_EMBEDDINGS}": self.token_type_embeddings,
+            f"{prefix}/{names.POSITION_EMBEDDINGS}": self.position_embeddings,
+            **layer_norm_map(f"{scope}/{names.EMBEDDINGS_NORM}", self.layer_norm),
         }

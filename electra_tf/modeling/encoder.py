@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf import checkpoint_names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
@@ -195,9 +196,11 @@ class TransformerEncoder(ConfiguredLayer):
         require_built(self)
         names: dict[str, tf.Variable] = {}
         if include_embeddings:
-            names.update(self.embeddings.variable_map(scope if self.owns_embeddings else "electra"))
+            shared = checkpoint_names.DISCRIMINATOR
+            names.update(self.embeddings.variable_map(scope if self.owns_embeddings else shared))
         if self.embeddings_project is not None:
-            names.update(dense_map(f"{scope}/embeddings_project", self.embeddings_project))
+            projection = f"{scope}/{checkpoint_names.PROJECTION}"
+            names.update(dense_map(projection, self.embeddings_project))
         for i, layer in enumerate(self.transformer_layers):
-            names.update(layer.variable_map(f"{scope}/encoder/layer_{i}"))
+            names.update(layer.variable_map(checkpoint_names.layer_prefix(scope, i)))
         return names

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.checkpoint_names import DISCRIMINATOR_HEAD
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.utils import (
@@ -146,7 +147,7 @@ class DiscriminatorHead(ConfiguredLayer):
         logits = self.dense_1(self.dense(rows))  # [batch * seq_len, 1]
         return tf.reshape(logits, tf.shape(sequence_output)[:-1])  # [batch, seq_len]
 
-    def variable_map(self, scope: str = "discriminator_predictions") -> dict[str, tf.Variable]:
+    def variable_map(self, scope: str = DISCRIMINATOR_HEAD) -> dict[str, tf.Variable]:
         require_built(self)
         return {
             **dense_map(f"{scope}/dense", self.dense),

@@ -7,6 +7,7 @@ import math
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (
@@ -198,12 +199,12 @@ class TransformerLayer(ConfiguredLayer):
         """Original names under `prefix` (e.g. `electra/encoder/layer_3`) -> variables."""
         require_built(self)
         return {
-            **dense_map(f"{prefix}/attention/self/query", self.query),
-            **dense_map(f"{prefix}/attention/self/key", self.key),
-            **dense_map(f"{prefix}/attention/self/value", self.value),
-            **dense_map(f"{prefix}/attention/output/dense", self.attention_output),
-            **layer_norm_map(f"{prefix}/attention/output/LayerNorm", self.attention_layer_norm),
-            **dense_map(f"{prefix}/intermediate/dense", self.intermediate),
-            **dense_map(f"{prefix}/output/dense", self.output_dense),
-            **layer_norm_map(f"{prefix}/output/LayerNorm", self.output_layer_norm),
+            **dense_map(f"{prefix}/{names.QUERY}", self.query),
+            **dense_map(f"{prefix}/{names.KEY}", self.key),
+            **dense_map(f"{prefix}/{names.VALUE}", self.value),
+            **dense_map(f"{prefix}/{names.ATTENTION_OUTPUT}", self.attention_output),
+            **layer_norm_map(f"{prefix}/{names.ATTENTION_NORM}", self.attention_layer_norm),
+            **dense_map(f"{prefix}/{names.INTERMEDIATE}", self.intermediate),
+            **dense_map(f"{prefix}/{names.OUTPUT}", self.output_dense),
+            **layer_norm_map(f"{prefix}/{names.OUTPUT_NORM}", self.output_layer_norm),
         }

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from electra_tf.checkpoint_names import TWO_TOWER
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.encoder import TransformerEncoder
 from electra_tf.modeling.utils import ConfiguredLayer, require_built
 
-LTR_SCOPE, RTL_SCOPE = "generator_ltr", "generator_rtl"
+LTR_SCOPE, RTL_SCOPE = TWO_TOWER
 
 
 def shift_features(features: tf.Tensor, direction: int) -> tf.Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf import checkpoint_names
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling.utils import no_autograph
 from electra_tf.optimization import learning_rate_schedule
@@ -396,18 +397,19 @@ class ElectraPretrainer(keras.Model):
     # ------------------------------------------------------------------ names
     def variable_map(self) -> dict[str, tf.Variable]:
         """Every trainable variable once, under its original TF1 checkpoint name."""
-        names = self.discriminator.variable_map("electra")
+        names = self.discriminator.variable_map(checkpoint_names.DISCRIMINATOR)
         if self.separate_generator:
             names.update(
                 self.generator.variable_map(
-                    "generator", include_embeddings=self.config.untied_generator_embeddings
+                    checkpoint_names.GENERATOR,
+                    include_embeddings=self.config.untied_generator_embeddings,
                 )
             )
         if self.two_tower:
             names.update(self.generator.variable_map())  # generator_ltr/..., generator_rtl/...
-            names.update(self.cloze_head.variable_map("cloze_predictions"))
+            names.update(self.cloze_head.variable_map(checkpoint_names.CLOZE_HEAD))
         if self.generator_head is not None:
-            names.update(self.generator_head.variable_map("generator_predictions"))
+            names.update(self.generator_head.variable_map(checkpoint_names.GENERATOR_HEAD))
         if self.discriminator_head is not None:
             names.update(self.discriminator_head.variable_map())
         if self.corrupted_mlm_head is not None:

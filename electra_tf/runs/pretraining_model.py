@@ -8,6 +8,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.checkpoint_names import GENERATOR_SCOPES
 from electra_tf.checkpoints.native import restore_weights
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.optimization import create_optimizer, for_precision
@@ -40,14 +41,7 @@ def generator_lr_multipliers(
     or the two-tower cloze model's of Electric); {} at 1.0 (the original)."""
     if multiplier == 1.0:
         return {}
-    prefixes = (
-        "generator/",
-        "generator_predictions/",
-        "generator_ltr/",
-        "generator_rtl/",
-        "cloze_predictions/",
-    )
-    return {name: multiplier for name in variable_map if name.startswith(prefixes)}
+    return {name: multiplier for name in variable_map if name.startswith(GENERATOR_SCOPES)}
 
 
 def build_optimizer(
