@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tools.original_parity import check, mutations, trajectory
+from tools.original_parity import mutations, runtime, trajectory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,12 +84,12 @@ def test_batch_stream_is_a_fixed_function_of_the_step():
         np.testing.assert_array_equal(a[key], b[key])
     assert not np.array_equal(a["input_ids"], trajectory.batch_at(8, np)["input_ids"])
     ids, mask, seg = a["input_ids"], a["input_mask"], a["segment_ids"]
-    assert ids.shape == (check.BATCH, check.SEQ) and mask[0].all()  # row 0 has no padding
-    for row in range(check.BATCH):
+    assert ids.shape == (runtime.BATCH, runtime.SEQ) and mask[0].all()  # row 0 has no padding
+    for row in range(runtime.BATCH):
         n = int(mask[row].sum())
-        assert ids[row, 0] == check.CLS and ids[row, n - 1] == check.SEP
+        assert ids[row, 0] == runtime.CLS and ids[row, n - 1] == runtime.SEP
         assert (ids[row, n:] == 0).all() and (seg[row, n:] == 0).all()
-        assert (ids[row, 1 : n - 1] != check.MASK).all()
+        assert (ids[row, 1 : n - 1] != runtime.MASK).all()
         assert seg[row, n - 1] == 1 and seg[row, 0] == 0
 
 
@@ -100,7 +100,7 @@ def test_hparams_schedule_spans_the_run():
     assert hp["model_hparam_overrides"]["attention_probs_dropout_prob"] == 0.0
     assert trajectory.hparams(10, warmup=3)["num_warmup_steps"] == 3
     # The base dict is not modified.
-    assert check.BASE_HPARAMS["num_train_steps"] == check.NUM_TRAIN_STEPS
+    assert runtime.BASE_HPARAMS["num_train_steps"] == runtime.NUM_TRAIN_STEPS
 
 
 @pytest.mark.parametrize("mirror", ["", "/nonexistent/electra.git"])
@@ -118,7 +118,7 @@ def test_missing_mirror_says_how_to_get_one(mirror, monkeypatch):
 def test_a_work_tree_clone_is_accepted(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
-    assert check.resolve_mirror(str(tmp_path)) == str(tmp_path / ".git")
+    assert runtime.resolve_mirror(str(tmp_path)) == str(tmp_path / ".git")
 
 
 def test_argument_errors(capsys):

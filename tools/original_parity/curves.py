@@ -61,7 +61,21 @@ import tempfile
 import time
 
 from electra_tf import atomic_io
-from tools.original_parity import check
+from tools.original_parity.original_side import import_original, install_shims
+from tools.original_parity.project_side import build_optimizer
+from tools.original_parity.runtime import (
+    BASE_HPARAMS,
+    DEFAULT_MIRROR,
+    REPO_ROOT,
+    Proxy,
+    child_env,
+    extract_original,
+    log,
+    patched,
+    resolve_mirror,
+    session_config,
+    setup_tf,
+)
 
 METRICS = ("total_loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
 # Recorded, not gated.
@@ -86,7 +100,7 @@ def hparams(steps: int, batch: int, warmup: int | None = None, vocab_size: int =
     """Both sides' hyperparameters: trajectory.py's tiny model (discriminator 4 x 64, 4 heads,
     embedding 32, generator 16 wide with its projection, 2 layers) on the default corpus'
     vocabulary and sequence length, default dropout, the schedule spanning the run."""
-    hp = dict(check.BASE_HPARAMS)
+    hp = dict(BASE_HPARAMS)
     hp["model_hparam_overrides"] = {
         k: v for k, v in hp["model_hparam_overrides"].items() if not k.endswith("dropout_prob")
     }
@@ -336,9 +350,7 @@ def prepare_eval_set(args, hp: dict, out: str) -> None:
     """Child: the first EVAL_BATCHES x EVAL_BATCH records of the eval TFRecords (in order, as
     the original's parser reads them), masked once by the original's `pretrain_helpers.mask`
     (graph seed EVAL_SEED); written to `out` (npz)."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
+    np, tf = setup_tf(args.threads)
     import tensorflow.compat.v1 as v1
 
     orig = _original_code(args, tf)
@@ -381,9 +393,9 @@ def prepare_eval_set(args, hp: dict, out: str) -> None:
 # ============================================================================ original side
 def _original_code(args, tf):
     tmp = os.path.join(args.workdir, f"electra_original_{args.child}_{args.seed}")
-    commit = check.extract_original(args.mirror, args.rev, tmp)
-    check.install_shims(tf)
-    orig = check.import_original(tmp)
+    commit = extract_original(args.mirror, args.rev, tmp)
+    install_shims(tf)
+    orig = import_original(tmp)
     orig.commit = commit
     return orig
 
@@ -425,10 +437,10 @@ class OriginalEval:
                 assert list(shape) == self.uniform.shape.as_list(), shape
                 return self.uniform
 
-            random = check._Proxy(v1.random, uniform=fixed_uniform)
+            random = Proxy(v1.random, uniform=fixed_uniform)
             with (
-                check.patched(ph, "mask", fixed_mask),
-                check.patched(ph, "tf", check._Proxy(v1, random=random)),
+                patched(ph, "mask", fixed_mask),
+                patched(ph, "tf", Proxy(v1, random=random)),
             ):
                 model = rp.PretrainingModel(config, dict(self.features), False)
             metric_fn, values = model.eval_metrics
@@ -441,7 +453,7 @@ class OriginalEval:
             self.fetch["_updates"] = [v[1] for v in own.values()]
             self.reset = v1.local_variables_initializer()
             self.saver = v1.train.Saver(var_list={v.op.name: v for v in v1.trainable_variables()})
-        self.sess = v1.Session(graph=self.graph, config=_session_config(threads))
+        self.sess = v1.Session(graph=self.graph, config=session_config(threads))
 
     def run(self, prefix: str) -> tuple[dict, dict]:
         with self.graph.as_default():
@@ -458,20 +470,9 @@ class OriginalEval:
         }
 
 
-def _session_config(threads: int):
-    import tensorflow.compat.v1 as v1
-
-    cfg = v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
-    # Grappler's rewrites fail on the original's graph (they log errors and fall back).
-    cfg.graph_options.rewrite_options.disable_meta_optimizer = True
-    return cfg
-
-
 def run_original(args, hp: dict) -> dict:
     """Child: the original's training graph for --steps, evaluated every --every steps."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
+    np, tf = setup_tf(args.threads)
     import tensorflow.compat.v1 as v1
 
     orig = _original_code(args, tf)
@@ -495,7 +496,7 @@ def run_original(args, hp: dict) -> dict:
         )  # fmt: skip
         saver = v1.train.Saver(var_list={v.op.name: v for v in v1.trainable_variables()})
         init = v1.global_variables_initializer()
-    sess = v1.Session(graph=graph, config=_session_config(args.threads))
+    sess = v1.Session(graph=graph, config=session_config(args.threads))
     sess.run(init)
     prefix = os.path.join(args.workdir, f"original_seed{args.seed}", "model.ckpt")
     record = _Recorder(args, "original")
@@ -524,9 +525,7 @@ def run_original(args, hp: dict) -> dict:
 # ============================================================================ project side
 def run_project(args, hp: dict) -> dict:
     """Child: the project's training run pieces for --steps, evaluated every --every steps."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
+    np, tf = setup_tf(args.threads)
     import tf_keras as keras
 
     import electra_tf
@@ -543,7 +542,7 @@ def run_project(args, hp: dict) -> dict:
     )  # fmt: skip
     keras.mixed_precision.set_global_policy(precision)  # as the training run sets it
     model = build_model(config)
-    optimizer = check.find_build_optimizer()(config, model)
+    optimizer = build_optimizer(config, model)
     model.compile(optimizer=optimizer)
     strategy = tf.distribute.get_strategy()
     train_steps = make_train_function(model, strategy, jit=False)
@@ -622,7 +621,7 @@ class _Recorder:
         self.steps.append(step)
         for k, v in values.items():
             self.values.setdefault(k, []).append(v)
-        check.log(
+        log(
             f"[{self.side} seed {self.args.seed}] step {step:5d} "
             + " ".join(f"{k} {values[k]:.4f}" for k in METRICS)
             + f" ({time.time() - self.t0:.0f} s)"
@@ -681,14 +680,6 @@ def _child_cmd(args, role: str, seed: int, out: str, mutation: str | None = None
     return cmd
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [check.REPO_ROOT] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
-    )
-    return env
-
-
 def run_children(args, jobs: list[tuple]) -> list[dict]:
     """Each (side, seed, mutation) in its own process, --jobs at a time; their results."""
     pending, running, results = list(jobs), [], []
@@ -697,7 +688,7 @@ def run_children(args, jobs: list[tuple]) -> list[dict]:
             side, seed, mutation = pending.pop(0)
             out = os.path.join(args.runs_dir, f"{side}_{mutation or 'clean'}_seed{seed}.json")
             cmd = _child_cmd(args, side, seed, out, mutation)
-            proc = subprocess.Popen(cmd, cwd=check.REPO_ROOT, env=_child_env())
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env())
             running.append((proc, side, seed, out))
         time.sleep(1.0)
         for item in list(running):
@@ -752,11 +743,11 @@ def execute(args, hp: dict, previous: dict | None) -> list[dict]:
     os.makedirs(args.runs_dir, exist_ok=True)
     try:
         args.eval_set = os.path.join(args.workdir, "eval_set.npz")
-        r = subprocess.run(_child_cmd(args, "prepare", 0, args.eval_set), cwd=check.REPO_ROOT,
-                           env=_child_env())  # fmt: skip
+        r = subprocess.run(_child_cmd(args, "prepare", 0, args.eval_set), cwd=REPO_ROOT,
+                           env=child_env())  # fmt: skip
         if r.returncode != 0:
             raise SystemExit("ERROR: preparing the evaluation set failed")
-        check.log(
+        log(
             f"curves: {args.seeds} seed(s) per side, {args.steps} steps (warm-up "
             f"{hp['num_warmup_steps']}), batch {args.batch} x {hp['max_seq_length']}, eval every "
             f"{args.every} on {EVAL_BATCHES} x {EVAL_BATCH} held-out records, mutation "
@@ -800,7 +791,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--mirror", default=check.DEFAULT_MIRROR,
+    p.add_argument("--mirror", default=DEFAULT_MIRROR,
                    help="git copy of google-research/electra (default $ELECTRA_ORIGINAL_MIRROR)")  # fmt: skip
     p.add_argument("--rev", default="HEAD")
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
@@ -845,7 +836,7 @@ def main(argv=None) -> int:
         return child_main(args)
     if args.calibrate:
         for key, value in calibrate(k=args.k, max_outside=args.max_outside).items():
-            check.log(f"{key}: {value:.1%}")
+            log(f"{key}: {value:.1%}")
         return 0
     if args.steps < 1 or args.every < 1 or args.seeds < 1 or args.jobs < 1:
         p.error("--steps, --every, --seeds and --jobs must be at least 1")
@@ -855,7 +846,7 @@ def main(argv=None) -> int:
         if name not in MUTATIONS and name not in mutations.ALL:
             p.error(f"--mutation: {name!r} is not one of {', '.join([*MUTATIONS, *mutations.ALL])}")
     if not args.report_only:  # a report from finished runs needs no copy of the original
-        args.mirror = check.resolve_mirror(args.mirror)
+        args.mirror = resolve_mirror(args.mirror)
     check_data_dir(args.data_dir)
     args.data_dir = os.path.abspath(args.data_dir)
     hp = hparams(args.steps, args.batch, args.warmup, vocab_size_of(args.data_dir))
@@ -875,9 +866,9 @@ def main(argv=None) -> int:
     curves, steps = collect(runs, args.mutation)
     result = verdict(curves, steps, args.k, args.max_outside)
     partial = not all(r.get("complete", True) for r in runs)
-    check.log("\n" + "\n".join(table_lines(result, args.print_every)))
-    check.log("(original mean +- half the band width, project mean; * outside the band)\n")
-    check.log("\n".join(summary_lines(result)))
+    log("\n" + "\n".join(table_lines(result, args.print_every)))
+    log("(original mean +- half the band width, project mean; * outside the band)\n")
+    log("\n".join(summary_lines(result)))
     line = _verdict_line(result, args)
     if partial:
         line += (
@@ -894,10 +885,10 @@ def main(argv=None) -> int:
         extra[mutation] = {"verdict": m_line,
                            "failures": m_result["failures"], "curves": m_curves["project"],
                            "bands": m_result["bands"]}  # fmt: skip
-        check.log(f"\nmutation {mutation} ({MUTATIONS.get(mutation) or mutations.ALL[mutation]}):")
-        check.log("\n".join(table_lines(m_result, args.print_every)))
-        check.log("\n".join(summary_lines(m_result)))
-        check.log(f"mutation {mutation}: {extra[mutation]['verdict']}")
+        log(f"\nmutation {mutation} ({MUTATIONS.get(mutation) or mutations.ALL[mutation]}):")
+        log("\n".join(table_lines(m_result, args.print_every)))
+        log("\n".join(summary_lines(m_result)))
+        log(f"mutation {mutation}: {extra[mutation]['verdict']}")
     meta = {
         "hparams": hp, "seeds": args.seeds, "k": args.k, "max_outside": args.max_outside,
         "mutation": args.mutation, "eval": f"{EVAL_BATCHES} x {EVAL_BATCH} records",
@@ -917,12 +908,12 @@ def main(argv=None) -> int:
     png = plots.png_path(args.png, args.json)
     if png:
         draw(png, result, curves, extra, line, args.mutation)
-        check.log(f"picture: {png}")
-    check.log("")
+        log(f"picture: {png}")
+    log("")
     for failure in result["failures"]:
-        check.log(f"  - {failure}")
-    check.log(line)
-    check.log(f"time: {meta['seconds']:.0f} s")
+        log(f"  - {failure}")
+    log(line)
+    log(f"time: {meta['seconds']:.0f} s")
     return 1 if result["failures"] else 0
 
 
