@@ -8,6 +8,7 @@ Run from the repository root (`make test` / `python -m pytest`), where `tools` i
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -129,6 +130,58 @@ def test_argument_errors(capsys):
         trajectory.main(["--mirror", ROOT, "--mutation", "no_such_bug"])
     assert e.value.code == 2
     assert "no_such_bug" in capsys.readouterr().err
+
+
+def _tool_modules():
+    folder = os.path.join(ROOT, "tools", "original_parity")
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+
+
+def test_no_tool_uses_another_modules_private_names():
+    """The tools share their runtime through public names only: no `from tools... import _x`
+    and no `module._x` on an imported tools module."""
+    import ast
+
+    offences = []
+    for path in _tool_modules():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        tool_modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tools"):
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        offences.append(f"{path}:{node.lineno} imports {alias.name}")
+                    tool_modules.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in tool_modules
+                and node.attr.startswith("_")
+            ):
+                offences.append(f"{path}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert offences == []
+
+
+def test_the_project_pieces_come_from_the_training_run(monkeypatch):
+    """A missing training-run module stops the tools (no fallback to another optimizer or a
+    plain checkpoint that the training loop does not write)."""
+    from tools.original_parity import project_side
+
+    monkeypatch.setitem(sys.modules, "electra_tf.runs.pretraining_model", None)
+    with pytest.raises(ImportError):
+        project_side.build_optimizer(None, None)
+    monkeypatch.setitem(sys.modules, "electra_tf.checkpoints.training_state", None)
+    side = object.__new__(project_side.ProjectSide)
+    side.model = side.tf = None
+    side.optimizer = types.SimpleNamespace(iterations=None)
+    with pytest.raises(ImportError):
+        side.checkpoints(ROOT)
+
+
+def test_an_unknown_mutation_is_an_error():
+    with pytest.raises(ValueError, match="no_such_bug"):
+        mutations.apply("no_such_bug")
 
 
 def test_every_trajectory_mutation_has_an_expected_one_step_outcome():
