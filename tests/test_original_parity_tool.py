@@ -8,11 +8,12 @@ Run from the repository root (`make test` / `python -m pytest`), where `tools` i
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
-from tools.original_parity import check, mutations, trajectory
+from tools.original_parity import mutations, runtime, trajectory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,12 +85,12 @@ def test_batch_stream_is_a_fixed_function_of_the_step():
         np.testing.assert_array_equal(a[key], b[key])
     assert not np.array_equal(a["input_ids"], trajectory.batch_at(8, np)["input_ids"])
     ids, mask, seg = a["input_ids"], a["input_mask"], a["segment_ids"]
-    assert ids.shape == (check.BATCH, check.SEQ) and mask[0].all()  # row 0 has no padding
-    for row in range(check.BATCH):
+    assert ids.shape == (runtime.BATCH, runtime.SEQ) and mask[0].all()  # row 0 has no padding
+    for row in range(runtime.BATCH):
         n = int(mask[row].sum())
-        assert ids[row, 0] == check.CLS and ids[row, n - 1] == check.SEP
+        assert ids[row, 0] == runtime.CLS and ids[row, n - 1] == runtime.SEP
         assert (ids[row, n:] == 0).all() and (seg[row, n:] == 0).all()
-        assert (ids[row, 1 : n - 1] != check.MASK).all()
+        assert (ids[row, 1 : n - 1] != runtime.MASK).all()
         assert seg[row, n - 1] == 1 and seg[row, 0] == 0
 
 
@@ -100,7 +101,7 @@ def test_hparams_schedule_spans_the_run():
     assert hp["model_hparam_overrides"]["attention_probs_dropout_prob"] == 0.0
     assert trajectory.hparams(10, warmup=3)["num_warmup_steps"] == 3
     # The base dict is not modified.
-    assert check.BASE_HPARAMS["num_train_steps"] == check.NUM_TRAIN_STEPS
+    assert runtime.BASE_HPARAMS["num_train_steps"] == runtime.NUM_TRAIN_STEPS
 
 
 @pytest.mark.parametrize("mirror", ["", "/nonexistent/electra.git"])
@@ -118,7 +119,7 @@ def test_missing_mirror_says_how_to_get_one(mirror, monkeypatch):
 def test_a_work_tree_clone_is_accepted(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/master\n")
-    assert check.resolve_mirror(str(tmp_path)) == str(tmp_path / ".git")
+    assert runtime.resolve_mirror(str(tmp_path)) == str(tmp_path / ".git")
 
 
 def test_argument_errors(capsys):
@@ -129,6 +130,58 @@ def test_argument_errors(capsys):
         trajectory.main(["--mirror", ROOT, "--mutation", "no_such_bug"])
     assert e.value.code == 2
     assert "no_such_bug" in capsys.readouterr().err
+
+
+def _tool_modules():
+    folder = os.path.join(ROOT, "tools", "original_parity")
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+
+
+def test_no_tool_uses_another_modules_private_names():
+    """The tools share their runtime through public names only: no `from tools... import _x`
+    and no `module._x` on an imported tools module."""
+    import ast
+
+    offences = []
+    for path in _tool_modules():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        tool_modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tools"):
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        offences.append(f"{path}:{node.lineno} imports {alias.name}")
+                    tool_modules.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in tool_modules
+                and node.attr.startswith("_")
+            ):
+                offences.append(f"{path}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert offences == []
+
+
+def test_the_project_pieces_come_from_the_training_run(monkeypatch):
+    """A missing training-run module stops the tools (no fallback to another optimizer or a
+    plain checkpoint that the training loop does not write)."""
+    from tools.original_parity import project_side
+
+    monkeypatch.setitem(sys.modules, "electra_tf.runs.pretraining_model", None)
+    with pytest.raises(ImportError):
+        project_side.build_optimizer(None, None)
+    monkeypatch.setitem(sys.modules, "electra_tf.checkpoints.training_state", None)
+    side = object.__new__(project_side.ProjectSide)
+    side.model = side.tf = None
+    side.optimizer = types.SimpleNamespace(iterations=None)
+    with pytest.raises(ImportError):
+        side.checkpoints(ROOT)
+
+
+def test_an_unknown_mutation_is_an_error():
+    with pytest.raises(ValueError, match="no_such_bug"):
+        mutations.apply("no_such_bug")
 
 
 def test_every_trajectory_mutation_has_an_expected_one_step_outcome():

@@ -18,11 +18,46 @@ MUTATIONS = {
 }
 
 
+_OPTIMIZER_MUTATIONS = ("decay_all", "lr_next_step", "no_clipping")
+
+
 def _inject(name: str) -> None:
+    if name not in MUTATIONS:
+        raise ValueError(f"unknown mutation {name!r}; known: {sorted(MUTATIONS)}")
+    if name in _OPTIMIZER_MUTATIONS:
+        _inject_optimizer(name)
+    else:
+        _inject_model(name)
+
+
+def _inject_optimizer(name: str) -> None:
+    import tensorflow as tf
+
+    from electra_tf import optimization
+
+    if name == "decay_all":
+        optimization.AdamWeightDecay.uses_weight_decay = lambda self, variable: bool(
+            self.weight_decay_rate
+        )
+    elif name == "lr_next_step":
+        schedule_call = optimization.ElectraSchedule.__call__
+        optimization.ElectraSchedule.__call__ = lambda self, step: schedule_call(
+            self, tf.cast(step, tf.float32) + 1.0
+        )
+    elif name == "no_clipping":
+        optimizer_init = optimization.AdamWeightDecay.__init__
+
+        def without_clipping(self, *args, **kwargs):
+            kwargs["clip_norm"] = None
+            optimizer_init(self, *args, **kwargs)
+
+        optimization.AdamWeightDecay.__init__ = without_clipping
+
+
+def _inject_model(name: str) -> None:
     import tensorflow as tf
     import tf_keras as keras
 
-    from electra_tf import optimization
     from electra_tf.modeling import encoder as encoder_module
     from electra_tf.pretraining import losses, pretrainer, sampling
 
@@ -35,15 +70,6 @@ def _inject(name: str) -> None:
             dense_init(self, units, activation=activation, **kwargs)
 
         keras.layers.Dense.__init__ = dense_with_tanh_gelu
-    elif name == "decay_all":
-        optimization.AdamWeightDecay.uses_weight_decay = lambda self, variable: bool(
-            self.weight_decay_rate
-        )
-    elif name == "lr_next_step":
-        schedule_call = optimization.ElectraSchedule.__call__
-        optimization.ElectraSchedule.__call__ = lambda self, step: schedule_call(
-            self, tf.cast(step, tf.float32) + 1.0
-        )
     elif name == "dup_no_floor_average":
         original = sampling.scatter_update
 
@@ -55,14 +81,6 @@ def _inject(name: str) -> None:
             return tf.where(mask > 0, last, out), mask
 
         sampling.scatter_update = pretrainer.scatter_update = last_sample_wins
-    elif name == "no_clipping":
-        optimizer_init = optimization.AdamWeightDecay.__init__
-
-        def without_clipping(self, *args, **kwargs):
-            kwargs["clip_norm"] = None
-            optimizer_init(self, *args, **kwargs)
-
-        optimization.AdamWeightDecay.__init__ = without_clipping
     elif name == "generator_own_embeddings":
         encoder_init = encoder_module.TransformerEncoder.__init__
 
@@ -80,8 +98,6 @@ def _inject(name: str) -> None:
             return loss(*args, **kwargs)
 
         losses.electra_loss = pretrainer.electra_loss = weight_one
-    else:
-        raise ValueError(f"unknown mutation {name!r}; known: {sorted(MUTATIONS)}")
 
 
 def pytest_configure(config) -> None:

@@ -37,35 +37,9 @@ def main() -> int:
 
     tf.random.set_seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    source = checkpoints.read_weights(args.input) if args.input else None
-    config = (
-        source.config if source else pretraining_config(preset=args.preset, hparams=args.hparams)
-    )
+    config, model = _model(args, rng)
     disc_config, gen_config = config.discriminator_config(), config.generator_config()
-    model = checkpoints.build_pretrainer(config)
-    variables = model.variable_map()
-    if source is not None:
-        checkpoints.assign(variables, source, where="parity model")
-    else:
-        for name, var in variables.items():
-            base = 1.0 if name.endswith("/gamma") else 0.0
-            var.assign(base + 0.05 * rng.standard_normal(var.shape).astype(np.float32))
-
-    batch, length = args.batch_size, args.seq_len
-    input_ids = rng.integers(5, disc_config.vocab_size, size=(batch, length)).astype(np.int32)
-    input_mask = np.ones((batch, length), np.int32)
-    input_mask[-1, length // 2 :] = 0  # one padded row checks the attention mask convention
-    input_ids[input_mask == 0] = 0
-    segment_ids = np.zeros((batch, length), np.int32)
-    segment_ids[:, length // 3 :] = 1
-    segment_ids[input_mask == 0] = 0
-    positions = np.stack(
-        [
-            rng.choice(np.arange(1, length // 2), args.num_masked, replace=False)
-            for _ in range(batch)
-        ]
-    ).astype(np.int32)  # [batch, num_masked]
-    inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+    inputs, positions = _batch(args, rng, disc_config.vocab_size)
 
     # The pretrainer's own networks and heads, on fixed inputs (its call would mask and sample).
     hidden = model.discriminator(inputs)["sequence_output"]
@@ -85,6 +59,43 @@ def main() -> int:
     print(f"wrote {args.output}/hf and {args.output}/logits.npz "
           f"(H={disc_config.hidden_size}, Hg={gen_config.hidden_size}, V={disc_config.vocab_size})")  # fmt: skip
     return 0
+
+
+def _model(args, rng):
+    """The config and the pretrainer: --input's weights, or random ones, every tensor perturbed."""
+    source = checkpoints.read_weights(args.input) if args.input else None
+    config = (
+        source.config if source else pretraining_config(preset=args.preset, hparams=args.hparams)
+    )
+    model = checkpoints.build_pretrainer(config)
+    variables = model.variable_map()
+    if source is not None:
+        checkpoints.assign(variables, source, where="parity model")
+    else:
+        for name, var in variables.items():
+            base = 1.0 if name.endswith("/gamma") else 0.0
+            var.assign(base + 0.05 * rng.standard_normal(var.shape).astype(np.float32))
+    return config, model
+
+
+def _batch(args, rng, vocab_size):
+    """A fixed batch with two segments and one padded row; the masked positions."""
+    batch, length = args.batch_size, args.seq_len
+    input_ids = rng.integers(5, vocab_size, size=(batch, length)).astype(np.int32)
+    input_mask = np.ones((batch, length), np.int32)
+    input_mask[-1, length // 2 :] = 0  # one padded row checks the attention mask convention
+    input_ids[input_mask == 0] = 0
+    segment_ids = np.zeros((batch, length), np.int32)
+    segment_ids[:, length // 3 :] = 1
+    segment_ids[input_mask == 0] = 0
+    positions = np.stack(
+        [
+            rng.choice(np.arange(1, length // 2), args.num_masked, replace=False)
+            for _ in range(batch)
+        ]
+    ).astype(np.int32)  # [batch, num_masked]
+    inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+    return inputs, positions
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ check.py and trajectory.py feed the original the PROJECT's masks and samples, so
 a bug in how those are drawn (a masking rate, the [MASK] share, the sampler's noise). Here
 nothing is shared but the data and the hyperparameters:
 
-- the original: its whole pre-training graph under tf.compat.v1, unchanged (check.py's shims):
+- the original: its whole pre-training graph under tf.compat.v1, unchanged (original_side's shims):
   its input function and feature parsing (`pretrain_data.get_input_fn`, reading the TFRecords),
   `run_pretraining.PretrainingModel` with its own dynamic masking (`pretrain_helpers.mask`),
   Gumbel sampling and losses, `optimization.create_optimizer` (warm-up x linear decay, clipping,
@@ -47,12 +47,8 @@ original's SE alone and not every point: with 3 seeds per side and identical dis
 Exit status 0: CURVES OK; 1: CURVES FAILED; 2: usage errors.
 """
 
-from __future__ import annotations
-
 import argparse
-import csv
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -61,24 +57,41 @@ import tempfile
 import time
 
 from electra_tf import atomic_io
-from tools.original_parity import check
+from tools.original_parity.curves_metrics import (  # noqa: F401 (re-exported)
+    EXTRA_METRICS,
+    METRICS,
+    ORIGINAL_EVAL_KEYS,
+    auc_thresholded,
+    band_check,
+    calibrate,
+    eval_metrics,
+    simulated_seeds,
+    summary_lines,
+    table_lines,
+    verdict,
+    write_csv,
+)
+from tools.original_parity.curves_runs import (  # noqa: F401 (re-exported)
+    EVAL_BATCH,
+    EVAL_BATCHES,
+    EVAL_SEED,
+    MUTATIONS,
+    apply_mutation,
+    max_predictions,
+    prepare_eval_set,
+    run_original,
+    run_project,
+)
+from tools.original_parity.runtime import (
+    BASE_HPARAMS,
+    DEFAULT_MIRROR,
+    REPO_ROOT,
+    child_env,
+    log,
+    resolve_mirror,
+)
 
-METRICS = ("total_loss", "masked_lm_accuracy", "disc_accuracy", "disc_auc")
-# Recorded, not gated.
-EXTRA_METRICS = ("masked_lm_loss", "sampled_masked_lm_accuracy", "disc_loss", "train_loss")
-# The keys of the original's eval_fn_inputs, in its order (run_pretraining.PretrainingModel).
-ORIGINAL_EVAL_KEYS = (
-    "input_ids", "masked_lm_preds", "mlm_loss", "masked_lm_ids", "masked_lm_weights",
-    "input_mask", "disc_loss", "disc_labels", "disc_probs", "disc_preds", "sampled_tokids",
-)  # fmt: skip
-EVAL_BATCH, EVAL_BATCHES = 16, 4
-EVAL_SEED = 4321
 DEFAULT_DATA_DIR = "data/default"
-MUTATIONS = {
-    "mask_rate_010": "dynamic masking predicts 10% of the tokens instead of 15% (same slots N)",
-    "mask_token_always": "every chosen position shows [MASK] (probability 1.0 instead of 0.85)",
-    "greedy_sampling": "the generator's samples are its argmax: no Gumbel noise",
-}
 
 
 # ============================================================================ pure helpers
@@ -86,7 +99,7 @@ def hparams(steps: int, batch: int, warmup: int | None = None, vocab_size: int =
     """Both sides' hyperparameters: trajectory.py's tiny model (discriminator 4 x 64, 4 heads,
     embedding 32, generator 16 wide with its projection, 2 layers) on the default corpus'
     vocabulary and sequence length, default dropout, the schedule spanning the run."""
-    hp = dict(check.BASE_HPARAMS)
+    hp = dict(BASE_HPARAMS)
     hp["model_hparam_overrides"] = {
         k: v for k, v in hp["model_hparam_overrides"].items() if not k.endswith("dropout_prob")
     }
@@ -99,554 +112,6 @@ def hparams(steps: int, batch: int, warmup: int | None = None, vocab_size: int =
         num_warmup_steps=max(1, steps // 10) if warmup is None else warmup,
     )
     return hp
-
-
-def max_predictions(hp: dict) -> int:
-    """The original's max_predictions_per_seq (configure_pretraining)."""
-    return int((hp["mask_prob"] + 0.005) * hp["max_seq_length"])
-
-
-def auc_thresholded(labels, scores, weights=None, num_thresholds: int = 200) -> float:
-    """tf.compat.v1.metrics.auc (ROC, trapezoidal) in numpy: positives are labels != 0; a score
-    counts as positive above each of `num_thresholds` thresholds (-1e-7, i/(n-1), 1 + 1e-7)."""
-    import numpy as np
-
-    labels = np.asarray(labels).reshape(-1) != 0
-    scores = np.asarray(scores, np.float64).reshape(-1)
-    w = np.ones_like(scores) if weights is None else np.asarray(weights, np.float64).reshape(-1)
-    inner = [(i + 1) * 1.0 / (num_thresholds - 1) for i in range(num_thresholds - 2)]
-    thresholds = np.array([0.0 - 1e-7, *inner, 1.0 + 1e-7])
-    above = scores[None, :] > thresholds[:, None]  # [thresholds, n]
-    tp = (above & labels).astype(np.float64) @ w
-    fp = (above & ~labels).astype(np.float64) @ w
-    fn = (~above & labels).astype(np.float64) @ w
-    tn = (~above & ~labels).astype(np.float64) @ w
-    eps = 1e-6
-    tpr = (tp + eps) / (tp + fn + eps)
-    fpr = fp / (fp + tn + eps)
-    return float(np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2.0))
-
-
-def eval_metrics(batches: list[dict]) -> dict[str, float]:
-    """The original's metric_fn over eval batches, from raw outputs keyed as its
-    eval_fn_inputs (ORIGINAL_EVAL_KEYS) plus `total_loss` (a scalar per batch)."""
-    import numpy as np
-
-    cat = {k: np.concatenate([np.asarray(b[k]) for b in batches]) for k in ORIGINAL_EVAL_KEYS}
-    w = cat["masked_lm_weights"].astype(np.float64)
-    mask = cat["input_mask"].astype(np.float64)
-
-    def weighted(values, weights):
-        total = weights.sum()
-        return float((values * weights).sum() / total) if total > 0 else 0.0
-
-    ids = cat["masked_lm_ids"]
-    labels = cat["disc_labels"]
-    return {
-        "total_loss": float(np.mean([float(b["total_loss"]) for b in batches])),
-        "masked_lm_accuracy": weighted(cat["masked_lm_preds"] == ids, w),
-        "masked_lm_loss": weighted(cat["mlm_loss"], w),
-        "sampled_masked_lm_accuracy": weighted(cat["sampled_tokids"] == ids, w),
-        "disc_loss": float(np.mean(cat["disc_loss"])),
-        "disc_accuracy": weighted(cat["disc_preds"] == labels, mask),
-        "disc_auc": auc_thresholded(labels * cat["input_mask"], cat["disc_probs"] * mask),
-    }
-
-
-def band_check(original, project, k: float = 3.0) -> dict:
-    """Per sample point, whether the project's mean over seeds is inside the band: the
-    original's seed range [min, max] united with mean_O +- k x SE, SE = sqrt(s_O^2 / n_O +
-    s_P^2 / n_P) (seed standard deviations, ddof 1; 0 with one seed).
-
-    Args:
-        original, project: [seeds, points] values of one metric.
-    Returns:
-        lists per point: `original_mean`, `original_min`, `original_max`, `se`, `lo`, `hi`
-        (the band), `project_mean`, `inside`, `excursion` (distance outside the band, 0
-        inside), `excursion_se` (that over SE); `outside` (count), `worst` (index of the
-        largest excursion, or None).
-    """
-    import numpy as np
-
-    o = np.asarray(original, np.float64)
-    p = np.asarray(project, np.float64)
-    if o.ndim != 2 or p.ndim != 2 or o.shape[1] != p.shape[1]:
-        raise ValueError(f"band_check: shapes {o.shape} and {p.shape} are not [seeds, points]")
-
-    def var(x):
-        return x.var(0, ddof=1) if x.shape[0] > 1 else np.zeros(x.shape[1])
-
-    m_o, m_p = o.mean(0), p.mean(0)
-    se = np.sqrt(var(o) / o.shape[0] + var(p) / p.shape[0])
-    lo = np.minimum(o.min(0), m_o - k * se)
-    hi = np.maximum(o.max(0), m_o + k * se)
-    # NaN (a diverged run) is outside.
-    inside = (m_p >= lo) & (m_p <= hi)
-    excursion = np.where(inside, 0.0, np.maximum(lo - m_p, m_p - hi))
-    excursion = np.where(np.isnan(m_p), np.inf, excursion)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        in_se = np.where(se > 0, excursion / se, np.where(excursion > 0, np.inf, 0.0))
-    out = int((~inside).sum())
-    return {
-        "original_mean": m_o.tolist(), "original_min": o.min(0).tolist(),
-        "original_max": o.max(0).tolist(), "se": se.tolist(), "lo": lo.tolist(),
-        "hi": hi.tolist(), "project_mean": m_p.tolist(), "inside": inside.tolist(),
-        "excursion": excursion.tolist(), "excursion_se": in_se.tolist(), "outside": out,
-        "worst": int(np.argmax(excursion)) if out else None,
-    }  # fmt: skip
-
-
-def verdict(curves: dict, steps: list[int], k: float, max_outside: float) -> dict:
-    """Band checks of every gated metric (of METRICS, those in `curves`); `failures`: one line
-    per metric with more than `max_outside` (a fraction) of its points outside."""
-    result = {"bands": {}, "failures": [], "steps": steps}
-    allowed = math.floor(max_outside * len(steps))
-    for name in (m for m in METRICS if m in curves["original"]):
-        band = band_check(curves["original"][name], curves["project"][name], k)
-        result["bands"][name] = band
-        if band["outside"] > allowed:
-            t = band["worst"]
-            result["failures"].append(
-                f"{name}: {band['outside']} of {len(steps)} points outside the band (at most "
-                f"{allowed} allowed); worst at step {steps[t]}: project {band['project_mean'][t]:.4f}, "
-                f"band [{band['lo'][t]:.4f}, {band['hi'][t]:.4f}] ({band['excursion_se'][t]:.1f} SE out)"
-            )  # fmt: skip
-    return result
-
-
-def simulated_seeds(rs, points: int, shift: float = 0.0, sd: float = 0.07):
-    """[3 seeds, points] of one metric: a falling curve, a per-seed offset that persists along
-    the curve and point noise, each with standard deviation `sd`; `shift` added."""
-    import numpy as np
-
-    t = np.arange(points)
-    return 5.0 / (1.0 + t) + rs.normal(size=[3, 1]) * sd + rs.normal(size=[3, points]) * sd + shift
-
-
-def calibrate(trials: int = 2000, seed: int = 0, k: float = 3.0, max_outside: float = 0.5) -> dict:
-    """The band rule on simulated seeds (`simulated_seeds`, 3 per side, 21 points): the share of
-    points outside when both sides come from one distribution, under this rule and under the
-    literal one (the original's range or 2 SE of the original's mean alone); how often the
-    verdict fails then, and how often with the project shifted by 3 seed standard deviations
-    (0.3: a seed's sd is 0.07 x sqrt 2)."""
-    import numpy as np
-
-    rs = np.random.RandomState(seed)
-    steps = list(range(21))
-    literal, ours, false_alarms, caught = [], [], 0, 0
-    for _ in range(trials):
-        o, p, moved = (simulated_seeds(rs, 21, shift) for shift in (0.0, 0.0, 0.3))
-        se_o = o.std(0, ddof=1) / np.sqrt(3)
-        inside = ((p.mean(0) >= o.min(0)) & (p.mean(0) <= o.max(0))) | (
-            np.abs(p.mean(0) - o.mean(0)) <= 2 * se_o
-        )
-        literal.append(1 - inside.mean())
-        ours.append(band_check(o, p, k)["outside"] / 21)
-        for project, counter in ((p, "false"), (moved, "caught")):
-            c = {"original": {METRICS[0]: o}, "project": {METRICS[0]: project}}
-            failed = bool(verdict(c, steps, k, max_outside)["failures"])
-            false_alarms += failed and counter == "false"
-            caught += failed and counter == "caught"
-    return {
-        "outside_literal_rule": float(np.mean(literal)),
-        "outside_this_rule": float(np.mean(ours)),
-        "failed_same_distribution": false_alarms / trials,
-        "failed_shift_3sd": caught / trials,
-    }
-
-
-def summary_lines(result: dict) -> list[str]:
-    lines = []
-    for name, band in result["bands"].items():
-        t = band["worst"]
-        worst = "none"
-        if t is not None:
-            worst = (
-                f"worst {band['excursion'][t]:.4g} ({band['excursion_se'][t]:.1f} SE) at step "
-                f"{result['steps'][t]}"
-            )
-        lines.append(
-            f"  {name:20s} {band['outside']:3d} of {len(result['steps'])} points outside; {worst}"
-        )
-    return lines
-
-
-def table_lines(result: dict, every: int = 1) -> list[str]:
-    """step | per metric: original mean +- half band width, project mean (* outside)."""
-    head = f"{'step':>5s}"
-    for name in METRICS:
-        head += f" | {name + ' O (band)':>22s} {'P':>7s}"
-    lines = [head]
-    for i, step in enumerate(result["steps"]):
-        if i % every and i != len(result["steps"]) - 1:
-            continue
-        row = f"{step:5d}"
-        for name in METRICS:
-            b = result["bands"][name]
-            half = (b["hi"][i] - b["lo"][i]) / 2
-            mark = " " if b["inside"][i] else "*"
-            row += (
-                f" | {b['original_mean'][i]:10.4f} +-{half:8.4f} {b['project_mean'][i]:7.4f}{mark}"
-            )
-        lines.append(row)
-    return lines
-
-
-# ============================================================================ mutations
-def apply_mutation(name: str) -> None:
-    """Monkeypatches the project in this process (MUTATIONS here, or mutations.py's)."""
-    if name not in MUTATIONS:
-        from tools.original_parity import mutations
-
-        mutations.apply(name)
-        return
-    import tensorflow as tf
-
-    from electra_tf.pretraining import pretrainer
-
-    if name in ("mask_rate_010", "mask_token_always"):
-        real = pretrainer.mask_inputs
-
-        def mutated(input_ids, input_mask, max_predictions, mask_prob, seed, **kw):
-            if name == "mask_rate_010":
-                mask_prob = 0.10
-            else:
-                kw["mask_token_prob"] = 1.0
-            return real(input_ids, input_mask, max_predictions, mask_prob, seed, **kw)
-
-        pretrainer.mask_inputs = mutated
-    elif name == "greedy_sampling":
-
-        def greedy(logits, seed, temperature=1.0, disallow_ids=None, uniform=None):
-            del seed, uniform
-            return tf.argmax(tf.stop_gradient(tf.cast(logits, tf.float32)), -1, tf.int32)
-
-        pretrainer.gumbel_sample = greedy
-
-
-# ============================================================================ eval set
-def eval_noise(np, hp: dict, i: int):
-    """The fixed uniform draws of the generator's Gumbel noise for eval batch `i`: float32
-    [EVAL_BATCH, N, vocab], made anew at each use (no 300 MB kept per run)."""
-    shape = [EVAL_BATCH, max_predictions(hp), hp["vocab_size"]]
-    return np.random.default_rng(EVAL_SEED + i).random(shape, dtype=np.float32)
-
-
-def prepare_eval_set(args, hp: dict, out: str) -> None:
-    """Child: the first EVAL_BATCHES x EVAL_BATCH records of the eval TFRecords (in order, as
-    the original's parser reads them), masked once by the original's `pretrain_helpers.mask`
-    (graph seed EVAL_SEED); written to `out` (npz)."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
-    import tensorflow.compat.v1 as v1
-
-    orig = _original_code(args, tf)
-    config = orig.configure_pretraining.PretrainingConfig("curves", args.data_dir, **hp)
-    files = sorted(v1.io.gfile.glob(os.path.join(args.data_dir, "eval_tfrecords", "*.tfrecord*")))
-    count = EVAL_BATCH * EVAL_BATCHES
-    graph = v1.Graph()
-    with graph.as_default():
-        v1.set_random_seed(EVAL_SEED)
-        name_to_features = {
-            k: v1.io.FixedLenFeature([config.max_seq_length], v1.int64)
-            for k in ("input_ids", "input_mask", "segment_ids")
-        }
-        d = v1.data.TFRecordDataset(files).take(count)
-        # The original's own record decoder (int64 -> int32).
-        d = d.map(lambda r: orig.pretrain_data._decode_record(r, name_to_features))
-        features = v1.data.make_one_shot_iterator(
-            d.batch(EVAL_BATCH, drop_remainder=True)
-        ).get_next()
-        masked = orig.pretrain_helpers.mask(
-            config, orig.pretrain_data.features_to_inputs(features), config.mask_prob
-        )
-        fetch = {k: features[k] for k in features}
-        fetch.update({
-            "masked_input_ids": masked.input_ids, "masked_lm_positions": masked.masked_lm_positions,
-            "masked_lm_ids": masked.masked_lm_ids, "masked_lm_weights": masked.masked_lm_weights,
-        })  # fmt: skip
-    with v1.Session(graph=graph) as sess:
-        parts = []
-        for _ in range(EVAL_BATCHES):
-            try:
-                parts.append(sess.run(fetch))
-            except v1.errors.OutOfRangeError:
-                raise SystemExit(
-                    f"ERROR: {args.data_dir}/eval_tfrecords has fewer than {count} records"
-                ) from None
-    np.savez(out, **{k: np.stack([p[k] for p in parts]) for k in fetch})
-
-
-# ============================================================================ original side
-def _original_code(args, tf):
-    tmp = os.path.join(args.workdir, f"electra_original_{args.child}_{args.seed}")
-    commit = check.extract_original(args.mirror, args.rev, tmp)
-    check.install_shims(tf)
-    orig = check.import_original(tmp)
-    orig.commit = commit
-    return orig
-
-
-class OriginalEval:
-    """The original's model at is_training=False in its own graph, on the fixed eval set:
-    `mask` returns the fixed masking, `sample_from_softmax` draws its Gumbel noise from the
-    fixed uniforms; its own metric_fn runs beside (`own_metrics`)."""
-
-    def __init__(self, orig, config, eval_set, noise, threads: int):
-        import tensorflow.compat.v1 as v1
-
-        ph, pd, rp = orig.pretrain_helpers, orig.pretrain_data, orig.run_pretraining
-        B, S, N = EVAL_BATCH, config.max_seq_length, config.max_predictions_per_seq
-        self.eval_set, self.noise = eval_set, noise
-        self.graph = v1.Graph()
-        with self.graph.as_default():
-            self.features = {
-                k: v1.placeholder(v1.int32, [B, S], k)
-                for k in ("input_ids", "input_mask", "segment_ids")
-            }
-            self.fixed = {
-                "masked_input_ids": v1.placeholder(v1.int32, [B, S]),
-                "masked_lm_positions": v1.placeholder(v1.int32, [B, N]),
-                "masked_lm_ids": v1.placeholder(v1.int32, [B, N]),
-                "masked_lm_weights": v1.placeholder(v1.float32, [B, N]),
-            }
-            self.uniform = v1.placeholder(v1.float32, [B, N, config.vocab_size])
-
-            def fixed_mask(config_, inputs, mask_prob, *a, **k):
-                f = self.fixed
-                return pd.get_updated_inputs(
-                    inputs, input_ids=f["masked_input_ids"],
-                    masked_lm_positions=f["masked_lm_positions"],
-                    masked_lm_ids=f["masked_lm_ids"], masked_lm_weights=f["masked_lm_weights"],
-                )  # fmt: skip
-
-            def fixed_uniform(shape, *a, **k):
-                assert list(shape) == self.uniform.shape.as_list(), shape
-                return self.uniform
-
-            random = check._Proxy(v1.random, uniform=fixed_uniform)
-            with (
-                check.patched(ph, "mask", fixed_mask),
-                check.patched(ph, "tf", check._Proxy(v1, random=random)),
-            ):
-                model = rp.PretrainingModel(config, dict(self.features), False)
-            metric_fn, values = model.eval_metrics
-            if len(values) != len(ORIGINAL_EVAL_KEYS):
-                raise SystemExit(f"ERROR: the original's eval_fn_inputs has {len(values)} entries")
-            self.fetch = dict(zip(ORIGINAL_EVAL_KEYS, values, strict=True))
-            self.fetch["total_loss"] = model.total_loss
-            own = metric_fn(*values)
-            self.own_values = {k: v[0] for k, v in own.items()}
-            self.fetch["_updates"] = [v[1] for v in own.values()]
-            self.reset = v1.local_variables_initializer()
-            self.saver = v1.train.Saver(var_list={v.op.name: v for v in v1.trainable_variables()})
-        self.sess = v1.Session(graph=self.graph, config=_session_config(threads))
-
-    def run(self, prefix: str) -> tuple[dict, dict]:
-        with self.graph.as_default():
-            self.saver.restore(self.sess, prefix)
-        self.sess.run(self.reset)
-        batches = []
-        for i in range(EVAL_BATCHES):
-            feed = {self.features[k]: self.eval_set[k][i] for k in self.features}
-            feed.update({self.fixed[k]: self.eval_set[k][i] for k in self.fixed})
-            feed[self.uniform] = self.noise(i)
-            batches.append(self.sess.run(self.fetch, feed))
-        return eval_metrics(batches), {
-            k: float(v) for k, v in self.sess.run(self.own_values).items()
-        }
-
-
-def _session_config(threads: int):
-    import tensorflow.compat.v1 as v1
-
-    cfg = v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
-    # Grappler's rewrites fail on the original's graph (they log errors and fall back).
-    cfg.graph_options.rewrite_options.disable_meta_optimizer = True
-    return cfg
-
-
-def run_original(args, hp: dict) -> dict:
-    """Child: the original's training graph for --steps, evaluated every --every steps."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
-    import tensorflow.compat.v1 as v1
-
-    orig = _original_code(args, tf)
-    rp, opt = orig.run_pretraining, orig.optimization
-    config = orig.configure_pretraining.PretrainingConfig("curves", args.data_dir, **hp)
-    eval_set = dict(np.load(args.eval_set))
-    evaluator = OriginalEval(orig, config, eval_set, lambda i: eval_noise(np, hp, i), args.threads)
-    graph = v1.Graph()
-    with graph.as_default():
-        v1.set_random_seed(args.seed)
-        # As train_one_step / TPUEstimator.train feed it: the original's input_fn.
-        input_fn = orig.pretrain_data.get_input_fn(config, True)
-        dataset = input_fn({"batch_size": config.train_batch_size})
-        features = v1.data.make_one_shot_iterator(dataset).get_next()
-        model = rp.PretrainingModel(config, features, True)
-        # model_fn_builder's TRAIN branch.
-        train_op = opt.create_optimizer(
-            model.total_loss, config.learning_rate, config.num_train_steps,
-            weight_decay_rate=config.weight_decay_rate, use_tpu=config.use_tpu,
-            warmup_steps=config.num_warmup_steps, lr_decay_power=config.lr_decay_power,
-        )  # fmt: skip
-        saver = v1.train.Saver(var_list={v.op.name: v for v in v1.trainable_variables()})
-        init = v1.global_variables_initializer()
-    sess = v1.Session(graph=graph, config=_session_config(args.threads))
-    sess.run(init)
-    prefix = os.path.join(args.workdir, f"original_seed{args.seed}", "model.ckpt")
-    record = _Recorder(args, "original")
-    losses = []
-    for step in range(args.steps + 1):
-        if step % args.every == 0 or step == args.steps:
-            with graph.as_default():
-                saver.save(sess, prefix, write_meta_graph=False)
-            mine, own = evaluator.run(prefix)
-            for key in METRICS + ("masked_lm_loss", "disc_loss"):
-                ref = own.get("loss" if key == "total_loss" else key)
-                if ref is not None and not abs(ref - mine[key]) <= 1e-4 * max(1.0, abs(ref)):
-                    raise SystemExit(
-                        f"ERROR: eval_metrics' {key} {mine[key]} != the original's metric_fn {ref}"
-                    )
-            mine["train_loss"] = float(np.mean(losses)) if losses else float("nan")
-            losses = []
-            record.point(step, mine)
-        if step == args.steps:
-            break
-        _, loss = sess.run([train_op, model.total_loss])
-        losses.append(loss)
-    return record.done()
-
-
-# ============================================================================ project side
-def run_project(args, hp: dict) -> dict:
-    """Child: the project's training run pieces for --steps, evaluated every --every steps."""
-    from tools.original_parity import trajectory
-
-    np, tf = trajectory.setup_tf(args.threads)
-    import tf_keras as keras
-
-    import electra_tf
-    from electra_tf.runs.pretraining_data import make_dataset
-    from electra_tf.runs.pretraining_model import build_model, make_train_function
-
-    if args.mutation:
-        apply_mutation(args.mutation)
-    keras.utils.set_random_seed(args.seed)
-    precision = args.project_precision
-    config = electra_tf.pretraining_config(
-        "curves", args.data_dir,
-        hparams=dict(hp, seed=args.seed, precision=precision, jit_compile=False),
-    )  # fmt: skip
-    keras.mixed_precision.set_global_policy(precision)  # as the training run sets it
-    model = build_model(config)
-    optimizer = check.find_build_optimizer()(config, model)
-    model.compile(optimizer=optimizer)
-    strategy = tf.distribute.get_strategy()
-    train_steps = make_train_function(model, strategy, jit=False)
-    dataset = make_dataset(
-        config, strategy, config.resolved_pretrain_tfrecords(), config.train_batch_size, True
-    )
-    iterator = iter(dataset)
-    eval_set = dict(np.load(args.eval_set))
-    B, S, N = EVAL_BATCH, config.max_seq_length, config.max_predictions_per_seq
-    spec = {k: tf.TensorSpec([B, S], tf.int32) for k in ("input_ids", "input_mask", "segment_ids")}
-    mspec = {
-        "masked_input_ids": tf.TensorSpec([B, S], tf.int32),
-        "masked_lm_positions": tf.TensorSpec([B, N], tf.int32),
-        "masked_lm_ids": tf.TensorSpec([B, N], tf.int32),
-        "masked_lm_weights": tf.TensorSpec([B, N], tf.float32),
-    }
-
-    @tf.function(input_signature=[spec, mspec, tf.TensorSpec([B, N, config.vocab_size])])
-    def evaluate(inputs, masked, uniform):
-        draws = {"masked": masked, "sample_seed": tf.zeros([2], tf.int64), "uniform": uniform}
-        out = model.forward(inputs, False, draws=draws)
-        # float32 for the metrics, whatever the --project-precision computed in.
-        out = {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in out.items()}
-        mask = tf.cast(inputs["input_mask"], tf.float32)
-        probs = tf.sigmoid(out["disc_logits"])
-        return {
-            "total_loss": out["loss"],
-            "masked_lm_preds": tf.argmax(out["mlm_logits"], -1, output_type=tf.int32),
-            "mlm_loss": out["masked_lm_losses"],
-            "disc_loss": tf.reduce_sum(out["disc_losses"] * mask, -1) / (1e-6 + tf.reduce_sum(mask, -1)),
-            "disc_labels": out["disc_labels"],
-            "disc_probs": probs,
-            "disc_preds": tf.cast(out["disc_logits"] > 0, tf.int32),
-            "sampled_tokids": out["sampled_ids"],
-        }  # fmt: skip
-
-    record = _Recorder(args, "project")
-    step = 0
-    while True:
-        batches = []
-        for i in range(EVAL_BATCHES):
-            inputs = {k: tf.constant(eval_set[k][i]) for k in spec}
-            masked = {k: tf.constant(eval_set[k][i]) for k in mspec}
-            res = {
-                k: v.numpy()
-                for k, v in evaluate(inputs, masked, tf.constant(eval_noise(np, hp, i))).items()
-            }
-            res.update(
-                input_ids=eval_set["masked_input_ids"][i], input_mask=eval_set["input_mask"][i],
-                masked_lm_ids=eval_set["masked_lm_ids"][i],
-                masked_lm_weights=eval_set["masked_lm_weights"][i],
-            )  # fmt: skip
-            batches.append(res)
-        values = eval_metrics(batches)
-        loss = {m.name: float(m.result()) for m in model.metrics}.get("loss", float("nan"))
-        values["train_loss"] = loss if step else float("nan")
-        record.point(step, values)
-        if step >= args.steps:
-            break
-        for m in model.metrics:
-            m.reset_state()
-        n = min(args.every, args.steps - step)
-        train_steps(iterator, tf.constant(n))
-        step += n
-    return record.done()
-
-
-class _Recorder:
-    def __init__(self, args, side: str):
-        self.args, self.side = args, side
-        self.steps, self.values = [], {}
-        self.t0 = time.time()
-        self.cpu0 = time.process_time()
-
-    def point(self, step: int, values: dict) -> None:
-        self.steps.append(step)
-        for k, v in values.items():
-            self.values.setdefault(k, []).append(v)
-        check.log(
-            f"[{self.side} seed {self.args.seed}] step {step:5d} "
-            + " ".join(f"{k} {values[k]:.4f}" for k in METRICS)
-            + f" ({time.time() - self.t0:.0f} s)"
-        )
-        # The curve so far, after every point: a run stopped early still leaves it
-        # (`--report-only` compares the steps every run has reached).
-        self._write(complete=False)
-
-    def _write(self, complete: bool) -> dict:
-        result = {
-            "side": self.side, "seed": self.args.seed, "steps": self.steps, "values": self.values,
-            "seconds": round(time.time() - self.t0, 1),
-            "cpu_seconds": round(time.process_time() - self.cpu0, 1),
-            "mutation": self.args.mutation if self.side == "project" else None,
-            "complete": complete,
-        }  # fmt: skip
-        partial = self.args.out + ".part"
-        with open(partial, "w", encoding="utf-8") as f:
-            json.dump(result, f)
-        os.replace(partial, self.args.out)
-        return result
-
-    def done(self) -> dict:
-        return self._write(complete=True)
 
 
 # ============================================================================ orchestration
@@ -681,14 +146,6 @@ def _child_cmd(args, role: str, seed: int, out: str, mutation: str | None = None
     return cmd
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [check.REPO_ROOT] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
-    )
-    return env
-
-
 def run_children(args, jobs: list[tuple]) -> list[dict]:
     """Each (side, seed, mutation) in its own process, --jobs at a time; their results."""
     pending, running, results = list(jobs), [], []
@@ -697,7 +154,7 @@ def run_children(args, jobs: list[tuple]) -> list[dict]:
             side, seed, mutation = pending.pop(0)
             out = os.path.join(args.runs_dir, f"{side}_{mutation or 'clean'}_seed{seed}.json")
             cmd = _child_cmd(args, side, seed, out, mutation)
-            proc = subprocess.Popen(cmd, cwd=check.REPO_ROOT, env=_child_env())
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_env())
             running.append((proc, side, seed, out))
         time.sleep(1.0)
         for item in list(running):
@@ -752,11 +209,11 @@ def execute(args, hp: dict, previous: dict | None) -> list[dict]:
     os.makedirs(args.runs_dir, exist_ok=True)
     try:
         args.eval_set = os.path.join(args.workdir, "eval_set.npz")
-        r = subprocess.run(_child_cmd(args, "prepare", 0, args.eval_set), cwd=check.REPO_ROOT,
-                           env=_child_env())  # fmt: skip
+        r = subprocess.run(_child_cmd(args, "prepare", 0, args.eval_set), cwd=REPO_ROOT,
+                           env=child_env())  # fmt: skip
         if r.returncode != 0:
             raise SystemExit("ERROR: preparing the evaluation set failed")
-        check.log(
+        log(
             f"curves: {args.seeds} seed(s) per side, {args.steps} steps (warm-up "
             f"{hp['num_warmup_steps']}), batch {args.batch} x {hp['max_seq_length']}, eval every "
             f"{args.every} on {EVAL_BATCHES} x {EVAL_BATCH} held-out records, mutation "
@@ -796,11 +253,11 @@ def collect(runs: list[dict], mutation: str | None = None) -> tuple[dict, list[i
     return curves, steps or []
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--mirror", default=check.DEFAULT_MIRROR,
+    p.add_argument("--mirror", default=DEFAULT_MIRROR,
                    help="git copy of google-research/electra (default $ELECTRA_ORIGINAL_MIRROR)")  # fmt: skip
     p.add_argument("--rev", default="HEAD")
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
@@ -837,6 +294,11 @@ def main(argv=None) -> int:
     for hidden in ("--child", "--out", "--eval-set", "--workdir"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     problem = atomic_io.make_parents(args.json, args.csv, args.png)
     if problem:
@@ -845,17 +307,11 @@ def main(argv=None) -> int:
         return child_main(args)
     if args.calibrate:
         for key, value in calibrate(k=args.k, max_outside=args.max_outside).items():
-            check.log(f"{key}: {value:.1%}")
+            log(f"{key}: {value:.1%}")
         return 0
-    if args.steps < 1 or args.every < 1 or args.seeds < 1 or args.jobs < 1:
-        p.error("--steps, --every, --seeds and --jobs must be at least 1")
-    from tools.original_parity import mutations
-
-    for name in filter(None, [args.mutation, *args.also_mutation]):
-        if name not in MUTATIONS and name not in mutations.ALL:
-            p.error(f"--mutation: {name!r} is not one of {', '.join([*MUTATIONS, *mutations.ALL])}")
+    _check_arguments(p, args)
     if not args.report_only:  # a report from finished runs needs no copy of the original
-        args.mirror = check.resolve_mirror(args.mirror)
+        args.mirror = resolve_mirror(args.mirror)
     check_data_dir(args.data_dir)
     args.data_dir = os.path.abspath(args.data_dir)
     hp = hparams(args.steps, args.batch, args.warmup, vocab_size_of(args.data_dir))
@@ -872,32 +328,34 @@ def main(argv=None) -> int:
         runs = load_runs(args.runs_dir)
     else:
         runs = execute(args, hp, previous)
+    return _report(args, hp, runs, t0)
+
+
+def _check_arguments(p, args) -> None:
+    if args.steps < 1 or args.every < 1 or args.seeds < 1 or args.jobs < 1:
+        p.error("--steps, --every, --seeds and --jobs must be at least 1")
+    from tools.original_parity import mutations
+
+    for name in filter(None, [args.mutation, *args.also_mutation]):
+        if name not in MUTATIONS and name not in mutations.ALL:
+            p.error(f"--mutation: {name!r} is not one of {', '.join([*MUTATIONS, *mutations.ALL])}")
+
+
+def _report(args, hp: dict, runs: list[dict], t0: float) -> int:
+    """The comparison of the runs (and of each --also-mutation's), printed, written to --json,
+    --csv and the picture; the exit status."""
     curves, steps = collect(runs, args.mutation)
     result = verdict(curves, steps, args.k, args.max_outside)
     partial = not all(r.get("complete", True) for r in runs)
-    check.log("\n" + "\n".join(table_lines(result, args.print_every)))
-    check.log("(original mean +- half the band width, project mean; * outside the band)\n")
-    check.log("\n".join(summary_lines(result)))
+    log("\n" + "\n".join(table_lines(result, args.print_every)))
+    log("(original mean +- half the band width, project mean; * outside the band)\n")
+    log("\n".join(summary_lines(result)))
     line = _verdict_line(result, args)
     if partial:
         line += (
             f" [PARTIAL: the runs compared up to step {steps[-1] if steps else 0} of {args.steps}]"
         )
-    extra = {}
-    for mutation in args.also_mutation:
-        m_curves, _ = collect(runs, mutation)
-        m_result = verdict(m_curves, steps, args.k, args.max_outside)
-        caught = "caught" if m_result["failures"] else "NOT caught"
-        m_line = f"{caught}: {_verdict_line(m_result, args)}"
-        if partial:
-            m_line += f" [PARTIAL: up to step {steps[-1] if steps else 0} of {args.steps}]"
-        extra[mutation] = {"verdict": m_line,
-                           "failures": m_result["failures"], "curves": m_curves["project"],
-                           "bands": m_result["bands"]}  # fmt: skip
-        check.log(f"\nmutation {mutation} ({MUTATIONS.get(mutation) or mutations.ALL[mutation]}):")
-        check.log("\n".join(table_lines(m_result, args.print_every)))
-        check.log("\n".join(summary_lines(m_result)))
-        check.log(f"mutation {mutation}: {extra[mutation]['verdict']}")
+    extra = _also_mutations(args, runs, steps, partial)
     meta = {
         "hparams": hp, "seeds": args.seeds, "k": args.k, "max_outside": args.max_outside,
         "mutation": args.mutation, "eval": f"{EVAL_BATCHES} x {EVAL_BATCH} records",
@@ -917,13 +375,35 @@ def main(argv=None) -> int:
     png = plots.png_path(args.png, args.json)
     if png:
         draw(png, result, curves, extra, line, args.mutation)
-        check.log(f"picture: {png}")
-    check.log("")
+        log(f"picture: {png}")
+    log("")
     for failure in result["failures"]:
-        check.log(f"  - {failure}")
-    check.log(line)
-    check.log(f"time: {meta['seconds']:.0f} s")
+        log(f"  - {failure}")
+    log(line)
+    log(f"time: {meta['seconds']:.0f} s")
     return 1 if result["failures"] else 0
+
+
+def _also_mutations(args, runs, steps, partial) -> dict:
+    """Each --also-mutation's comparison with the clean original's band, printed: caught or not."""
+    from tools.original_parity import mutations
+
+    extra = {}
+    for mutation in args.also_mutation:
+        m_curves, _ = collect(runs, mutation)
+        m_result = verdict(m_curves, steps, args.k, args.max_outside)
+        caught = "caught" if m_result["failures"] else "NOT caught"
+        m_line = f"{caught}: {_verdict_line(m_result, args)}"
+        if partial:
+            m_line += f" [PARTIAL: up to step {steps[-1] if steps else 0} of {args.steps}]"
+        extra[mutation] = {"verdict": m_line,
+                           "failures": m_result["failures"], "curves": m_curves["project"],
+                           "bands": m_result["bands"]}  # fmt: skip
+        log(f"\nmutation {mutation} ({MUTATIONS.get(mutation) or mutations.ALL[mutation]}):")
+        log("\n".join(table_lines(m_result, args.print_every)))
+        log("\n".join(summary_lines(m_result)))
+        log(f"mutation {mutation}: {extra[mutation]['verdict']}")
+    return extra
 
 
 def draw(
@@ -954,20 +434,6 @@ def _verdict_line(result: dict, args) -> str:
     if result["failures"]:
         return f"CURVES FAILED ({len(result['failures'])} metric(s); {rule})"
     return f"CURVES OK ({rule})"
-
-
-def write_csv(path: str, result: dict, curves: dict) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["metric", "step", "original_mean", "original_min", "original_max", "se",
-                    "band_lo", "band_hi", "project_mean", "inside", "excursion",
-                    "original_seeds", "project_seeds"])  # fmt: skip
-        for name, band in result["bands"].items():
-            for i, step in enumerate(result["steps"]):
-                w.writerow([name, step] + [band[k][i] for k in (
-                    "original_mean", "original_min", "original_max", "se", "lo", "hi",
-                    "project_mean", "inside", "excursion")]
-                    + [" ".join(f"{s[i]:.6g}" for s in curves[side][name]) for side in ("original", "project")])  # fmt: skip
 
 
 if __name__ == "__main__":

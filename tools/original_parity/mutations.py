@@ -21,7 +21,8 @@ import os
 import subprocess
 import sys
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tools.original_parity.runtime import REPO_ROOT, child_env
+
 MUTATIONS = {
     "gelu_tanh": "tanh-approximate gelu in every gelu Dense",
     "decay_all": "weight decay on LayerNorm and biases too",
@@ -44,119 +45,140 @@ EXPECTED_ONE_STEP = {"decay_from_warmup_end": False, "adam_beta2": True}
 ALL = {**MUTATIONS, **TRAJECTORY_MUTATIONS}
 
 
-def apply(which):
+def _gelu_tanh():
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from electra_tf.pretraining import pretrainer
+
+    init = pretrainer.ElectraPretrainer.__init__
+
+    def init2(self, *a, **k):
+        init(self, *a, **k)
+        for layer in self.submodules:
+            if (
+                isinstance(layer, keras.layers.Dense)
+                and getattr(layer.activation, "__name__", "") == "gelu"
+            ):
+                layer.activation = lambda x: tf.nn.gelu(x, approximate=True)
+
+    pretrainer.ElectraPretrainer.__init__ = init2
+
+
+def _decay_all():
+    from electra_tf import optimization
+
+    optimization.AdamWeightDecay.uses_weight_decay = lambda self, v: bool(self.weight_decay_rate)
+
+
+def _lr_plus_one():
     import tensorflow as tf
 
-    if which == "gelu_tanh":
-        import tf_keras as keras
+    from electra_tf import optimization
 
-        from electra_tf.pretraining import pretrainer
+    call = optimization.ElectraSchedule.__call__
+    optimization.ElectraSchedule.__call__ = lambda self, step: call(
+        self, tf.cast(step, tf.float32) + 1.0
+    )
 
-        init = pretrainer.ElectraPretrainer.__init__
 
-        def init2(self, *a, **k):
-            init(self, *a, **k)
-            for layer in self.submodules:
-                if (
-                    isinstance(layer, keras.layers.Dense)
-                    and getattr(layer.activation, "__name__", "") == "gelu"
-                ):
-                    layer.activation = lambda x: tf.nn.gelu(x, approximate=True)
+def _dup_last_wins():
+    import tensorflow as tf
 
-        pretrainer.ElectraPretrainer.__init__ = init2
-    elif which == "decay_all":
-        from electra_tf import optimization
+    from electra_tf.pretraining import pretrainer, sampling
 
-        optimization.AdamWeightDecay.uses_weight_decay = lambda self, v: bool(
-            self.weight_decay_rate
+    real = sampling.scatter_update
+
+    def last_wins(sequence, updates, positions):
+        out, mask = real(sequence, updates, positions)
+        b = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
+        last = tf.tensor_scatter_nd_update(
+            sequence, tf.stack([b, tf.cast(positions, tf.int32)], -1), updates
         )
-    elif which == "lr_plus_one":
-        from electra_tf import optimization
+        return tf.where(mask > 0, last, out), mask
 
-        call = optimization.ElectraSchedule.__call__
-        optimization.ElectraSchedule.__call__ = lambda self, step: call(
-            self, tf.cast(step, tf.float32) + 1.0
+    pretrainer.scatter_update = last_wins
+
+
+def _optimizer_kwarg(key, value):
+    """AdamWeightDecay built with `key=value` whatever its caller passes."""
+    from electra_tf import optimization
+
+    init = optimization.AdamWeightDecay.__init__
+
+    def init2(self, *a, **k):
+        k[key] = value
+        init(self, *a, **k)
+
+    optimization.AdamWeightDecay.__init__ = init2
+
+
+def _decay_from_warmup_end():
+    import tensorflow as tf
+
+    from electra_tf import optimization
+
+    call = optimization.ElectraSchedule.__call__
+
+    def decay_after_warmup(self, step):
+        lr = call(self, step)
+        w = self.warmup
+        if w <= 0:
+            return lr
+        s = tf.cast(step, tf.float32) + float(self.start_step)
+        total = float(self.num_train_steps)
+        after = self.learning_rate * tf.pow(
+            1.0 - tf.minimum(s - w, total - w) / (total - w), self.power
         )
-    elif which == "dup_last_wins":
-        from electra_tf.pretraining import pretrainer, sampling
+        return tf.where(s < w, lr, after)
 
-        real = sampling.scatter_update
-
-        def last_wins(sequence, updates, positions):
-            out, mask = real(sequence, updates, positions)
-            b = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None], tf.shape(positions))
-            last = tf.tensor_scatter_nd_update(
-                sequence, tf.stack([b, tf.cast(positions, tf.int32)], -1), updates
-            )
-            return tf.where(mask > 0, last, out), mask
-
-        pretrainer.scatter_update = last_wins
-    elif which == "no_clip":
-        from electra_tf import optimization
-
-        init = optimization.AdamWeightDecay.__init__
-
-        def init2(self, *a, **k):
-            k["clip_norm"] = None
-            init(self, *a, **k)
-
-        optimization.AdamWeightDecay.__init__ = init2
-    elif which == "decay_from_warmup_end":
-        from electra_tf import optimization
-
-        call = optimization.ElectraSchedule.__call__
-
-        def decay_after_warmup(self, step):
-            lr = call(self, step)
-            w = self.warmup
-            if w <= 0:
-                return lr
-            s = tf.cast(step, tf.float32) + float(self.start_step)
-            total = float(self.num_train_steps)
-            after = self.learning_rate * tf.pow(
-                1.0 - tf.minimum(s - w, total - w) / (total - w), self.power
-            )
-            return tf.where(s < w, lr, after)
-
-        optimization.ElectraSchedule.__call__ = decay_after_warmup
-    elif which == "adam_beta2":
-        from electra_tf import optimization
-
-        init = optimization.AdamWeightDecay.__init__
-
-        def init_beta2(self, *a, **k):
-            k["beta_2"] = 0.9991
-            init(self, *a, **k)
-
-        optimization.AdamWeightDecay.__init__ = init_beta2
-    elif which in ("electric_log_q_grad", "electric_no_prior"):
-        from electra_tf.pretraining import electric, pretrainer
-
-        real = electric.electric_logits
-
-        def mutated(energies, cloze_logits, token_ids, mask_prob):
-            out = real(energies, cloze_logits, token_ids, mask_prob)
-            if which == "electric_no_prior":
-                out["disc_logits"] = out["energies"] + out["log_q"]
-            else:
-                log_q = electric.token_log_probs(cloze_logits, token_ids)
-                prior = electric.noise_prior(mask_prob)
-                out["disc_logits"] = out["energies"] + log_q + prior
-            return out
-
-        pretrainer.electric_logits = mutated
-    elif which == "electric_shift_swapped":
-        from electra_tf.modeling import two_tower
-
-        real = two_tower.shift_features
-        two_tower.shift_features = lambda features, direction: real(features, -direction)
+    optimization.ElectraSchedule.__call__ = decay_after_warmup
 
 
-def _child_env():
-    env = dict(os.environ)
-    paths = [REPO_ROOT] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
+def _electric_logits(which):
+    from electra_tf.pretraining import electric, pretrainer
+
+    real = electric.electric_logits
+
+    def mutated(energies, cloze_logits, token_ids, mask_prob):
+        out = real(energies, cloze_logits, token_ids, mask_prob)
+        if which == "electric_no_prior":
+            out["disc_logits"] = out["energies"] + out["log_q"]
+        else:
+            log_q = electric.token_log_probs(cloze_logits, token_ids)
+            prior = electric.noise_prior(mask_prob)
+            out["disc_logits"] = out["energies"] + log_q + prior
+        return out
+
+    pretrainer.electric_logits = mutated
+
+
+def _electric_shift_swapped():
+    from electra_tf.modeling import two_tower
+
+    real = two_tower.shift_features
+    two_tower.shift_features = lambda features, direction: real(features, -direction)
+
+
+_APPLY = {
+    "gelu_tanh": _gelu_tanh,
+    "decay_all": _decay_all,
+    "lr_plus_one": _lr_plus_one,
+    "dup_last_wins": _dup_last_wins,
+    "no_clip": lambda: _optimizer_kwarg("clip_norm", None),
+    "decay_from_warmup_end": _decay_from_warmup_end,
+    "adam_beta2": lambda: _optimizer_kwarg("beta_2", 0.9991),
+    "electric_log_q_grad": lambda: _electric_logits("electric_log_q_grad"),
+    "electric_no_prior": lambda: _electric_logits("electric_no_prior"),
+    "electric_shift_swapped": _electric_shift_swapped,
+}
+
+
+def apply(which):
+    """Injects the bug `which` (a key of ALL) into electra_tf in this process."""
+    if which not in _APPLY:
+        raise ValueError(f"unknown mutation {which!r}; known: {', '.join(ALL)}")
+    _APPLY[which]()
 
 
 def _outcome(rc, caught):
@@ -172,7 +194,7 @@ def run_one_step(name, a):
            "--project", a.project, "--threads", a.threads]  # fmt: skip
     if a.mirror:
         cmd += ["--mirror", a.mirror]
-    r = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True)
     fails = [line.strip() for line in r.stdout.splitlines() if line.startswith("  - ")]
     outcome = _outcome(r.returncode, r.returncode == 1 and bool(fails))
     if fails:
@@ -190,7 +212,7 @@ def run_trajectory(name, a):
            "--steps", str(a.steps), "--no-resume", "--threads", a.threads]  # fmt: skip
     if a.mirror:
         cmd += ["--mirror", a.mirror]
-    r = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True)
+    r = subprocess.run(cmd, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True)
     lines = r.stdout.strip().splitlines()
     fails = [line.strip() for line in lines if line.startswith("  - ")]
     verdict = next((line for line in reversed(lines) if line.startswith("PARITY")), "")
