@@ -26,7 +26,17 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "core",
-        ("config", "atomic_io", "run_lock", "device_defaults", "tf_startup", "optimization"),
+        (
+            "config",
+            "config_checks",
+            "model_config",
+            "presets",
+            "atomic_io",
+            "run_lock",
+            "device_defaults",
+            "tf_startup",
+            "optimization",
+        ),
     ),
     ("data", ("data",)),
     ("modeling", ("modeling",)),
