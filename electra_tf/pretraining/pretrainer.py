@@ -66,7 +66,7 @@ class ElectraPretrainer(keras.Model):
 
     Args:
         config: resolved pre-training config (`pretraining_config(...)`, or
-            `PretrainingConfig(...).resolve()`; an unresolved one is a TypeError saying so);
+            a `PretrainingConfig` after `.resolve`; an unresolved one is a TypeError saying so);
             its `precision` is the dtype policy of every layer.
         networks: the networks to train, `build_networks(config, ...)`'s; None builds them
             with this model's dtype policy.
