@@ -153,3 +153,18 @@ def test_a_config_file_that_is_no_object_is_one_line(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"config.json: a config is a JSON object, not list"):
         read_config_file(str(path))
+
+
+def test_the_pretrainer_refuses_an_unresolved_config():
+    # Everything below the run takes a resolved config: one still holding "auto" and no
+    # derived values is refused at the public boundary, naming the fix.
+    from electra_tf.pretraining.networks import build_networks
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+
+    unresolved, ids = PretrainingConfig(**SMALL), {"cls_id": 1, "sep_id": 2, "mask_id": 3}
+    with pytest.raises(TypeError, match=r"ElectraPretrainer: config must be resolved .*resolve"):
+        ElectraPretrainer(unresolved, **ids)
+    with pytest.raises(TypeError, match="build_networks: config must be resolved"):
+        build_networks(unresolved)
+    model = ElectraPretrainer(unresolved.resolve(), **ids)
+    assert ElectraPretrainer.from_config(model.get_config()).config == model.config

@@ -360,25 +360,6 @@ def test_train_step_compiles_with_xla():
     assert int(model.optimizer.iterations) == 2
 
 
-def test_an_unresolved_config_is_a_clear_error():
-    # Everything below the run takes a resolved config: one still holding "auto" and no
-    # derived values is refused at the public boundary, naming the fix.
-    import dataclasses
-
-    from electra_tf.config import PretrainingConfig
-
-    values = {f.name: getattr(tiny_config(), f.name) for f in dataclasses.fields(tiny_config())}
-    unresolved = PretrainingConfig(**values)
-    with pytest.raises(
-        TypeError, match=r"ElectraPretrainer: config must be resolved .*\.resolve\(\)"
-    ):
-        ElectraPretrainer(unresolved, **SPECIAL_IDS)
-    with pytest.raises(TypeError, match=r"build_networks: config must be resolved"):
-        build_networks(unresolved)
-    model = ElectraPretrainer(unresolved.resolve(), **SPECIAL_IDS)
-    assert ElectraPretrainer.from_config(model.get_config()).config == model.config
-
-
 def test_bad_special_ids_are_a_clear_error():
     with pytest.raises(ValueError, match="mask_id 103"):
         ElectraPretrainer(tiny_config(), cls_id=1, sep_id=2, mask_id=103)
