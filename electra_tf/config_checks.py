@@ -180,7 +180,7 @@ def check_objective_variant(config: Any) -> None:
             )
 
 
-# ---------------------------------------------------------------------- loading helpers
+# ---------------------------------------------------------------------- keys
 def closest_key(key: str, valid: list[str]) -> str | None:
     matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     return matches[0] if matches else None
