@@ -1,263 +1,84 @@
-"""Typed configuration: the schema, the presets and the one place derived values are computed.
+"""Typed configuration: the schema, and the one place a config is resolved.
 
 Defaults equal the original's `configure_pretraining.py` (google-research/electra). Loading order,
 as the STYLE guide asks: dataclass defaults -> preset (configs/<name>.json) -> user overrides
 (`--hparams` JSON string or .json file) -> derived values, computed once after every override.
 The original computed `max_predictions_per_seq` *before* its size defaults changed
 `max_seq_length`/`mask_prob`; here derived values always see the final settings.
+
+Resolved once. A `PretrainingConfig` is what a user writes: it may say "auto" (precision,
+jit_compile, parallel_micro_batches, the thread counts) and holds no derived value. `resolve()`
+returns a `ResolvedPretrainingConfig`: validated, every "auto" answered for the machine, the
+derived values (the encoders' `ModelConfig`s among them) computed once. Everything below a run
+takes that type and never resolves again. Only two kinds of caller resolve:
+
+- a run or a command (`runs/`, `cli/pretrain.py` through `pretraining_config`), which know
+  the machine;
+- `config_from_values(values, where)`, the one constructor of a config from values the program
+  READ: a saved config.json, or a checkpoint's metadata (HF config.json files, Model Garden's
+  encoder_config.json, KerasHub's config, variable shapes). One rule for keys there: an unknown
+  key is an error naming it and the closest valid key (as `--hparams`); `RETIRED_KEYS` are
+  ignored. It resolves for `device_defaults.PORTABLE`: saved values are concrete already.
+
+`dataclasses.replace` on a resolved config validates and derives again (how a checkpoint reader
+corrects one setting). tests/test_config_resolution.py keeps the list of `resolve(` callers.
+Checks live in `config_checks`, encoder configs in `model_config`, presets and `--hparams` in
+`presets`; every name stays importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
 from electra_tf.atomic_io import write_json
+from electra_tf.config_checks import (  # noqa: F401 (re-exported)
+    DEFAULT_QUERY_BLOCKS,
+    INIT_CHECKPOINT_FORMATS,
+    MASKED_LM_VARIANTS,
+    MAX_QUERY_BLOCKS,
+    OBJECTIVE_VARIANTS,
+    PRECISIONS,
+    ConfigError,
+    check_known_keys,
+    check_micro_batches,
+    check_model_name,
+    check_no_auto,
+    check_objective_variant,
+    check_precision,
+    check_ranges,
+    check_types,
+    closest_key,
+    objective_changes,
+    query_blocks_problem,
+    replace_checked,
+    thread_changes,
+)
+from electra_tf.model_config import (  # noqa: F401 (re-exported)
+    MODEL_SIZES,
+    ModelConfig,
+    check_head_split,
+    check_model_overrides,
+    derive_discriminator_config,
+    derive_generator_config,
+    derive_max_predictions,
+)
+from electra_tf.presets import (  # noqa: F401 (re-exported)
+    CONFIGS_DIR,
+    DEBUG_SETTINGS,
+    load_preset,
+    parse_hparams,
+    preset_path,
+)
 
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-
-# Hidden size and depth per model size, as the original's `training_utils.get_bert_config`.
-MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
-
-# `PretrainingConfig.objective_variant`: ELECTRA and the paper's Table 5 ablations (Clark et al.
-# 2020, Section 3.2), each on ELECTRA's pipeline (mask -> generator -> sample -> full-size
-# network on the corrupted input). The last two train the full-size network as a masked LM
-# instead of a replaced-token detector.
-# Serving exports: groups of positions the encoder runs side by side (`ServingModule`). Two
-# fills this 2-core machine's cores with single-threaded kernels (docs/serving.md, thread
-# settings); `--query-blocks` changes it.
-DEFAULT_QUERY_BLOCKS = 2
-# Each group is its own ops in every layer, run by its own inter-op thread: more groups than
-# a server has cores cannot run side by side, and the graph (trace time, memory, the
-# SavedModel) grows with every group. 64 covers a 64-core server; `--query-blocks 100000`
-# traced for minutes past 11 GB before this bound.
-MAX_QUERY_BLOCKS = 64
-OBJECTIVE_VARIANTS = ("electra", "electra_15", "replace_mlm", "all_tokens_mlm")
-MASKED_LM_VARIANTS = ("replace_mlm", "all_tokens_mlm")
-# The formats `init_checkpoint_format` may name (electra_tf.checkpoints.FORMATS, plus auto).
-INIT_CHECKPOINT_FORMATS = ("auto", "native", "original", "hf", "modelgarden", "kerashub")
-# The `precision` values of pre-training and fine-tuning ("auto": `device_defaults.auto_precision`).
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
-
-
-class ConfigError(ValueError):
-    """A bad configuration key or value; the message names the key."""
-
-
-def query_blocks_problem(value: Any) -> str | None:
-    """Why `value` cannot be a serving export's `query_blocks` (None when it can): an integer
-    in [1, MAX_QUERY_BLOCKS]. The export command, `ServingModule` and `serving.load` (reading
-    `export.json`) each name where the value came from."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{value!r} is not an integer"
-    if not 1 <= value <= MAX_QUERY_BLOCKS:
-        return (
-            f"{value} is outside [1, {MAX_QUERY_BLOCKS}] (one group per inter-op thread; "
-            "more groups than cores only grow the graph)"
-        )
-    return None
-
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "int": (int,),
-    "float": (int, float),
-    "bool": (bool,),
-    "str": (str,),
-    "dict": (dict,),
-}
-_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
-
-
-def check_precision(precision: Any) -> None:
-    """`precision` is one of PRECISIONS; else a ConfigError naming the key and the values."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision: {precision!r} is not {'/'.join(PRECISIONS)}")
-
-
-def check_types(config: Any) -> None:
-    """Every field whose annotation is int / float / bool / str / dict (optionally `| None`)
-    holds a value of that type; JSON's `"eight"` for an int is an error naming the key, the
-    value and the type expected (bool is not accepted as a number)."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        kinds = [k.strip() for k in str(f.type).split("|")]
-        if value is None and "None" in kinds:
-            continue
-        known = [k for k in kinds if k in _TYPES]
-        if not known or len(known) != len([k for k in kinds if k != "None"]):
-            continue  # a type this check does not describe (tuple[...], bool | str)
-        ok = any(
-            isinstance(value, _TYPES[k]) and not (k in ("int", "float") and isinstance(value, bool))
-            for k in known
-        )
-        if not ok:
-            expected = " or ".join(_TYPE_NAMES.get(k, k) for k in known)
-            expected += " or null" if "None" in kinds else ""
-            raise ConfigError(
-                f"{f.name}: {value!r} is a {type(value).__name__}, expected {expected}"
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            # JSON's Infinity / NaN and 1e999 parse as floats: a learning rate of inf trains
-            # NaN weights and saves them.
-            raise ConfigError(f"{f.name}: {value!r} is not a finite number")
-
-
-def check_ranges(
-    config: Any,
-    positive: tuple[str, ...] = (),
-    at_least_one: tuple[str, ...] = (),
-    non_negative: tuple[str, ...] = (),
-    probabilities: tuple[str, ...] = (),
-) -> None:
-    """Range checks by field name (None values are skipped); NaN fails every check."""
-    rules = (
-        (positive, lambda v: v > 0, "must be > 0"),
-        (at_least_one, lambda v: v >= 1, "must be >= 1"),
-        (non_negative, lambda v: v >= 0, "must be >= 0"),
-        (probabilities, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    )
-    for names, ok, rule in rules:
-        for name in names:
-            value = getattr(config, name)
-            if value is not None and not ok(value):
-                raise ConfigError(f"{name}: {value!r} {rule}")
-
-
-def check_model_overrides(overrides: Mapping[str, Any], where: str) -> None:
-    """`model_hparam_overrides`: known keys, their types, dropout probabilities in [0, 1]."""
-    if not isinstance(overrides, Mapping):
-        raise ConfigError(f"{where}: {overrides!r} is not a JSON object")
-    model = replace_checked(ModelConfig(), overrides, where=where)
-    check_types(model)
-    check_ranges(
-        model,
-        at_least_one=(
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ),
-        positive=("initializer_range",),
-        probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
-    )
-
-
-def check_model_name(name: str, key: str = "model_name") -> None:
-    """A model name is one folder name under `<data-dir>/models`: `../x` or an absolute path
-    would write outside it without a word (`model_dir` names any other folder)."""
-    if (
-        not name
-        or name in (".", "..")
-        or os.path.isabs(name)
-        or any(sep in name for sep in ("/", "\\", os.sep))
-    ):
-        raise ConfigError(
-            f"{key}: {name!r} is not a folder name; a model lives in <data-dir>/models/<name>. "
-            "To put it elsewhere, set model_dir to the folder instead"
-        )
-
-
-def check_head_split(config: PretrainingConfig) -> None:
-    """Each encoder's hidden width splits evenly over its attention heads (the original's
-    `BertModel` raises on the same condition, from deep inside graph construction)."""
-    networks = [("", config.discriminator_config())]
-    if config.untied_generator:
-        networks.append(("generator ", config.generator_config()))
-    for which, model in networks:
-        hidden, heads = model.hidden_size, model.num_attention_heads
-        if hidden % heads:
-            raise ConfigError(
-                f"num_attention_heads: the {which}hidden_size {hidden} is not a multiple of "
-                f"num_attention_heads {heads} (each head takes hidden_size / "
-                "num_attention_heads dimensions); set both in model_hparam_overrides"
-            )
-
-
-def check_objective_variant(config: PretrainingConfig) -> None:
-    """`objective_variant`: a known name, and only in combinations that mean something."""
-    variant = config.objective_variant
-    if variant not in OBJECTIVE_VARIANTS:
-        hint = closest_key(variant, list(OBJECTIVE_VARIANTS))
-        suggestion = f"; did you mean {hint!r}?" if hint else ""
-        raise ConfigError(
-            f"objective_variant: {variant!r} is not one of {', '.join(OBJECTIVE_VARIANTS)}"
-            f"{suggestion}"
-        )
-    if variant == "electra":
-        return
-    if config.electric_objective:
-        raise ConfigError(
-            f"objective_variant: {variant!r} is an ELECTRA ablation; with electric_objective "
-            'true it must be "electra"'
-        )
-    if not config.electra_objective:
-        raise ConfigError(
-            f"objective_variant: {variant!r} needs electra_objective true (every variant "
-            "corrupts the input with generator samples); the BERT masked-LM baseline is "
-            'electra_objective false with objective_variant "electra"'
-        )
-    if variant in MASKED_LM_VARIANTS and not config.untied_generator:
-        raise ConfigError(
-            f"untied_generator: must be true with objective_variant {variant!r}: its samples "
-            "come from a separate generator network, not from the masked LM being trained"
-        )
-    for field in ("gradient_accumulation_steps", "parallel_micro_batches"):
-        value = getattr(config, field)  # "auto" parallel micro-batches resolve to 1 here
-        if (
-            variant == "electra_15"
-            and value != "auto"
-            and value > 1
-            and config.mask_positions_with_replacement
-        ):
-            # Positions drawn with replacement repeat at random, so how many distinct
-            # positions the loss averages over is known only after every micro-batch is masked.
-            raise ConfigError(
-                f"{field}: > 1 with objective_variant 'electra_15' needs "
-                "mask_positions_with_replacement false (the loss denominator, the number of "
-                "distinct masked positions, must be known before the micro-batches run)"
-            )
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """One transformer encoder (the original's `BertConfig`).
-
-    `embedding_size` is the width of the shared embedding tables; when it differs from
-    `hidden_size` the encoder owns an `embeddings_project` dense layer (E -> H).
-    """
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    embedding_size: int | None = None  # None -> hidden_size
-
-    @property
-    def embedding_width(self) -> int:
-        return self.embedding_size or self.hidden_size
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> ModelConfig:
-        return replace_checked(cls(), values, where="model config")
+# Keys that config.json files this project once wrote hold and no field reads any more: ignored
+# on reading (key -> what became of it). None yet: no field was ever removed or renamed (this
+# module's history); one that is moves here.
+RETIRED_KEYS: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,8 +86,8 @@ class PretrainingConfig:
     """Pre-training hyperparameters. Field names and defaults are the original's.
 
     Fields marked "ours" are additions; their defaults keep the original's behaviour.
-    Derived fields (`max_predictions_per_seq`, and the model configs returned by
-    `discriminator_config()` / `generator_config()`) are computed by `resolve()`.
+    Derived values (`max_predictions_per_seq`, the two encoders' model configs) are computed
+    by `resolve()`, which returns a `ResolvedPretrainingConfig`.
     """
 
     model_name: str = "electra"
@@ -392,8 +213,7 @@ class PretrainingConfig:
     # Derived (set by resolve()).
     max_predictions_per_seq: int | None = None
 
-    # ------------------------------------------------------------------ derived values
-    def resolve(self, machine: device_defaults.Machine | None = None) -> PretrainingConfig:
+    def resolve(self, machine: device_defaults.Machine | None = None) -> ResolvedPretrainingConfig:
         """Validates and fills the derived values. Idempotent, and pure: it never asks the
         hardware.
 
@@ -404,7 +224,7 @@ class PretrainingConfig:
         for reading a saved config, whose values are concrete already."""
         machine = device_defaults.PORTABLE if machine is None else machine
         self._validate()
-        changes: dict[str, Any] = self._objective_changes()
+        changes: dict[str, Any] = objective_changes(self)
         parts = self.parallel_micro_batches
         if parts == "auto":
             parts = device_defaults.auto_parallel_micro_batches(
@@ -416,14 +236,15 @@ class PretrainingConfig:
             if self.objective_variant == "electra_15" and self.mask_positions_with_replacement:
                 parts = 1  # its loss denominator is known only after the whole batch is masked
             changes["parallel_micro_batches"] = parts
-        self._check_micro_batches(parts)
-        changes.update(self._thread_changes(machine, parts))
-        changes["max_predictions_per_seq"] = int((self.mask_prob + 0.005) * self.max_seq_length)
+        check_micro_batches(self, parts)
+        changes.update(thread_changes(self, machine, parts))
+        changes["max_predictions_per_seq"] = derive_max_predictions(self)
         if self.precision == "auto":
             changes["precision"] = device_defaults.auto_precision(machine)
         if self.jit_compile == "auto":
             changes["jit_compile"] = device_defaults.auto_jit_compile(machine)
-        return dataclasses.replace(self, **changes)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)}
+        return ResolvedPretrainingConfig(**{**values, **changes})
 
     def _validate(self) -> None:
         """Types, ranges and the combinations of settings that cannot run, naming the key."""
@@ -483,103 +304,21 @@ class PretrainingConfig:
         if self.temperature <= 0:
             raise ConfigError(f"temperature: {self.temperature} must be > 0")
 
-    def _check_micro_batches(self, parts: Any) -> None:
-        """Accumulation steps and parallel micro-batches divide the batch; not both > 1."""
-        for field, k in (
-            ("gradient_accumulation_steps", self.gradient_accumulation_steps),
-            ("parallel_micro_batches", parts),
-        ):
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1 or self.train_batch_size % k:
-                raise ConfigError(
-                    f"{field}: {k!r} must be a positive integer that divides "
-                    f"train_batch_size {self.train_batch_size}"
-                )
-        if self.gradient_accumulation_steps > 1 and parts > 1:
-            raise ConfigError(
-                "parallel_micro_batches: > 1 with gradient_accumulation_steps > 1 is not "
-                "supported; set one of them to 1"
-            )
-
-    def _thread_changes(self, machine: device_defaults.Machine, parts: int) -> dict[str, int]:
-        """The thread counts that were "auto", resolved together; the others checked."""
-        threads = (self.intra_op_threads, self.inter_op_threads)
-        auto = device_defaults.auto_threads(machine, parts) if "auto" in threads else (0, 0)
-        changes = {}
-        for field, value, resolved in zip(
-            ("intra_op_threads", "inter_op_threads"), threads, auto, strict=True
-        ):
-            if value == "auto":
-                changes[field] = resolved
-            elif not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f'{field}: {value!r} must be an integer >= 0 or "auto"')
-        return changes
-
-    def _objective_changes(self) -> dict[str, Any]:
-        """Electric forces the two-tower generator (configure_pretraining.py); combinations
-        that the original's run_pretraining.py cannot build are errors naming the key."""
-        two_tower = self.two_tower_generator or self.electric_objective
-        if not two_tower:
-            return {}
-        why = "electric_objective" if self.electric_objective else "two_tower_generator"
-        if self.uniform_generator:
-            raise ConfigError(
-                f"uniform_generator: cannot be true with {why}, which needs the two-tower cloze "
-                "generator"
-            )
-        if not self.untied_generator:
-            raise ConfigError(
-                f"untied_generator: must be true with {why}: the two-tower cloze generator is "
-                "its own network, it cannot share the discriminator's weights"
-            )
-        if not self.has_discriminator:
-            raise ConfigError(
-                "two_tower_generator: needs electra_objective or electric_objective; the BERT "
-                "masked-LM baseline has no place for a cloze generator"
-            )
-        return {"two_tower_generator": True}
-
     @property
     def has_discriminator(self) -> bool:
         """Whether there is a discriminator: ELECTRA or Electric (not the BERT baseline)."""
         return self.electra_objective or self.electric_objective
 
     def discriminator_config(self) -> ModelConfig:
-        """The discriminator's encoder config (the original's `get_bert_config`)."""
-        hidden, layers = MODEL_SIZES[self.model_size]
-        args: dict[str, Any] = {
-            "vocab_size": self.vocab_size,
-            "hidden_size": hidden,
-            "num_hidden_layers": layers,
-            "max_position_embeddings": max(512, self.max_seq_length),
-        }
-        args.update(self.model_hparam_overrides)
-        hidden = args["hidden_size"]
-        args.setdefault("num_attention_heads", max(1, hidden // 64))
-        args.setdefault("intermediate_size", 4 * hidden)
-        args["embedding_size"] = self.embedding_size or args.get("embedding_size") or hidden
-        return ModelConfig.from_dict(args)
+        """The discriminator's encoder config (the original's `get_bert_config`); a resolved
+        config returns the one it derived once."""
+        return derive_discriminator_config(self)
 
     def generator_config(self) -> ModelConfig:
-        """The generator's encoder config (the original's `get_generator_config`).
-
-        Hidden = round(H * generator_hidden_size), layers = round(L * generator_layers),
-        heads = max(1, hidden // 64), FFN = 4 * hidden; embeddings are the discriminator's width,
-        except with `untied_generator_embeddings`: the generator's own tables are then its
-        hidden width, with no projection (run_pretraining.py passes `embedding_size=None`).
-        """
-        disc = self.discriminator_config()
-        if not self.untied_generator:
-            return disc
-        hidden = int(round(disc.hidden_size * self.generator_hidden_size))
-        return dataclasses.replace(
-            disc,
-            initializer_range=self.generator_initializer_range or disc.initializer_range,
-            hidden_size=hidden,
-            num_hidden_layers=int(round(disc.num_hidden_layers * self.generator_layers)),
-            num_attention_heads=max(1, hidden // 64),
-            intermediate_size=4 * hidden,
-            embedding_size=None if self.untied_generator_embeddings else disc.embedding_size,
-        )
+        """The generator's encoder config (the original's `get_generator_config`, see
+        `model_config.derive_generator_config`); a resolved config returns the one it derived
+        once."""
+        return derive_generator_config(self)
 
     # ------------------------------------------------------------------ paths
     def resolved_model_dir(self) -> str:
@@ -600,84 +339,82 @@ class PretrainingConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
-# ---------------------------------------------------------------------- loading helpers
-def closest_key(key: str, valid: list[str]) -> str | None:
-    matches = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    return matches[0] if matches else None
+@dataclasses.dataclass(frozen=True)
+class ResolvedPretrainingConfig(PretrainingConfig):
+    """A `PretrainingConfig` after `resolve()` (or `config_from_values`): validated, no "auto"
+    left, and its derived values computed once: `max_predictions_per_seq`, Electric's
+    `two_tower_generator`, the encoders' configs `discriminator` and `generator` (which
+    `discriminator_config()` / `generator_config()` return). `dataclasses.replace` builds
+    another one, validated and derived again: a derived value never goes stale."""
+
+    precision: str = "float32"
+    jit_compile: bool = False
+    parallel_micro_batches: int = 1
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    max_predictions_per_seq: int = 19  # derived, whatever is passed
+
+    def __post_init__(self) -> None:
+        check_no_auto(self)
+        self._validate()
+        derived = objective_changes(self)  # also refuses the combinations it cannot build
+        check_micro_batches(self, self.parallel_micro_batches)
+        thread_changes(self, device_defaults.PORTABLE, self.parallel_micro_batches)
+        derived["max_predictions_per_seq"] = derive_max_predictions(self)
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)  # frozen: set once, here
+        models = (derive_discriminator_config(self), derive_generator_config(self))
+        object.__setattr__(self, "_models", models)
+
+    @property
+    def discriminator(self) -> ModelConfig:
+        """The discriminator's encoder config, derived once."""
+        return self._models[0]
+
+    @property
+    def generator(self) -> ModelConfig:
+        """The generator's encoder config (the discriminator's with `untied_generator`
+        false), derived once."""
+        return self._models[1]
+
+    def discriminator_config(self) -> ModelConfig:
+        return self.discriminator
+
+    def generator_config(self) -> ModelConfig:
+        return self.generator
 
 
-def check_known_keys(
-    keys: Iterable[str], valid: Sequence[str], unknown: Callable[[str], str]
-) -> None:
-    """A ConfigError for the first of `keys` not in `valid`: `unknown(key)`, then the closest
-    valid key."""
-    for key in keys:
-        if key not in valid:
-            hint = closest_key(key, valid)
-            suggestion = f"; did you mean {hint!r}?" if hint else ""
-            raise ConfigError(unknown(key) + suggestion)
+def check_resolved(config: Any, who: str) -> ResolvedPretrainingConfig:
+    """`config` itself when it is resolved; else a TypeError naming `who` and the fix (a
+    PretrainingConfig that was never resolved still holds "auto" and no derived values)."""
+    if not isinstance(config, ResolvedPretrainingConfig):
+        raise TypeError(
+            f"{who}: config must be resolved (pretraining_config(...), or "
+            f"PretrainingConfig(...).resolve()), not a {type(config).__name__}"
+        )
+    return config
 
 
-def replace_checked(config: Any, values: Mapping[str, Any], where: str = "config") -> Any:
-    """`dataclasses.replace` that rejects unknown keys, naming the closest valid one."""
-    valid = [f.name for f in dataclasses.fields(config)]
-    check_known_keys(values, valid, lambda key: f"Unknown hparam {key!r} in {where}")
-    return dataclasses.replace(config, **dict(values))
+def config_from_values(values: Mapping[str, Any], where: str) -> ResolvedPretrainingConfig:
+    """THE constructor of a config from values the program read (a saved config.json, a
+    checkpoint's metadata): defaults <- `values`, resolved for `device_defaults.PORTABLE`.
+    An unknown key is a ConfigError naming `where`, the key and the closest valid key; keys
+    in `RETIRED_KEYS` and keys starting with "_" (comments) are ignored."""
+    kept = {k: v for k, v in values.items() if k not in RETIRED_KEYS and not k.startswith("_")}
+    return replace_checked(PretrainingConfig(), kept, where=where).resolve()
 
 
-def parse_hparams(hparams: str | None) -> dict[str, Any]:
-    """`--hparams`: a JSON object string, or a path to a .json file (as the original)."""
-    if hparams is None or not hparams.strip():
-        return {}
-    text = hparams.strip()
-    where = "--hparams"
-    if text.endswith(".json"):
-        where = text
-        try:
-            with open(text, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise ConfigError(f"--hparams: cannot read {hparams}: {e}") from e
+def read_config_file(path: str) -> ResolvedPretrainingConfig:
+    """A config from a JSON file: a saved resolved config (a run's config.json) or an object
+    of overrides, read by `config_from_values`. Errors name the file."""
     try:
-        values = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: invalid JSON ({e})") from e
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read a config ({e})") from e
     if not isinstance(values, dict):
-        raise ConfigError(f"{where}: expected a JSON object, got {type(values).__name__}")
-    # Keys starting with "_" are comments (JSON has none).
-    return {k: v for k, v in values.items() if not k.startswith("_")}
-
-
-def preset_path(preset: str) -> str:
-    if preset.endswith(".json") or os.sep in preset:
-        return preset
-    return os.path.join(CONFIGS_DIR, f"{preset}.json")
-
-
-def load_preset(preset: str | None) -> dict[str, Any]:
-    if not preset:
-        return {}
-    path = preset_path(preset)
-    if not os.path.exists(path):
-        available = sorted(p[:-5] for p in os.listdir(CONFIGS_DIR) if p.endswith(".json"))
-        raise ConfigError(f"preset {preset!r}: no file {path}; available: {', '.join(available)}")
-    return parse_hparams(path)
-
-
-# The original's debug settings; like the original, explicit user values win over them.
-DEBUG_SETTINGS: dict[str, Any] = {
-    "model_hparam_overrides": {
-        "hidden_size": 144,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 4,
-        "intermediate_size": 576,
-    },
-    "train_batch_size": 8,
-    "num_train_steps": 20,
-    "eval_batch_size": 4,
-    "iterations_per_loop": 1,
-    "num_eval_steps": 2,
-}
+        raise ConfigError(f"{path}: a config is a JSON object, not {type(values).__name__}")
+    return config_from_values(values, path)
 
 
 def pretraining_config(
@@ -686,7 +423,7 @@ def pretraining_config(
     preset: str | None = None,
     hparams: str | Mapping[str, Any] | None = None,
     machine: device_defaults.Machine | None = None,
-) -> PretrainingConfig:
+) -> ResolvedPretrainingConfig:
     """Defaults -> preset -> hparams -> derived values ("auto" ones for `machine`, see
     `PretrainingConfig.resolve`)."""
     config = PretrainingConfig(model_name=model_name, data_dir=data_dir)

@@ -63,7 +63,7 @@ class Machine:
     native_bf16: bool = False  # the CPU has bfloat16 matrix instructions
 
 
-# What "auto" means where the machine is not asked (`PretrainingConfig.resolve()` without one,
+# What "auto" means where the machine is not asked (`PretrainingConfig.resolve` without one,
 # e.g. reading a saved config): an unknown CPU, so float32, no XLA, one micro-batch and
 # TensorFlow's default thread pools (0 / 0).
 PORTABLE = Machine()

@@ -28,6 +28,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "core",
         (
             "config",
+            "config_checks",
+            "model_config",
+            "presets",
             "atomic_io",
             "run_lock",
             "device_defaults",

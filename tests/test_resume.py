@@ -1,5 +1,6 @@
 """Resuming pre-training: exact continuation, kill -9 at any moment, Ctrl-C saves and exits."""
 
+import json
 import os
 import random
 import re
@@ -152,3 +153,16 @@ def test_kill_9_resumes_from_the_last_complete_checkpoint_and_sigint_saves(tmp_p
     stopped = re.search(r"Stopped at step (\d+); saved \S*ckpt-(\d+)", out)
     assert stopped and stopped.group(1) == stopped.group(2), out[-2000:]
     assert _latest_step(model_dir) == int(stopped.group(1)) >= killed_at + 2
+
+
+def test_a_saved_config_with_an_unknown_key_is_refused_naming_it(tmp_path):
+    # One rule with every other reader of a saved config (config.config_from_values): the
+    # resume check no longer drops keys it does not know.
+    from electra_tf.checkpoints.resume_check import check_resumable
+    from electra_tf.config import ConfigError, PretrainingConfig
+
+    config = PretrainingConfig(vocab_size=60, max_seq_length=16).resolve()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config.to_dict(), "mask_prb": 0.2}))
+    with pytest.raises(ConfigError, match=r"config.json: not a valid .*did you mean 'mask_prob'"):
+        check_resumable(str(path), config)

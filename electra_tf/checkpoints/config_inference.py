@@ -1,5 +1,6 @@
-"""The PretrainingConfig of a checkpoint: inferred from variable shapes, built from the two
-networks' ModelConfigs (HF config.json files), or read from a JSON file.
+"""The PretrainingConfig of a checkpoint: inferred from variable shapes, or built from the two
+networks' ModelConfigs (HF config.json files), through `config.config_from_values`, the one
+constructor of a config from values read. A JSON file: `config.read_config_file` (re-exported).
 
 Heads are not stored in a checkpoint: they are taken as hidden // 64, ELECTRA's head size.
 """
@@ -7,17 +8,17 @@ Heads are not stored in a checkpoint: they are taken as hidden // 64, ELECTRA's 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from electra_tf.checkpoints.files import CheckpointError
-from electra_tf.config import (
+from electra_tf.config import (  # noqa: F401 (read_config_file: re-exported)
     MODEL_SIZES,
-    ConfigError,
     ModelConfig,
     PretrainingConfig,
-    replace_checked,
+    ResolvedPretrainingConfig,
+    config_from_values,
+    read_config_file,
 )
 
 
@@ -35,7 +36,7 @@ def config_from_models(
     untied_embeddings: bool = False,
     where: str = "",
     electric: bool = False,
-) -> PretrainingConfig:
+) -> ResolvedPretrainingConfig:
     """The PretrainingConfig whose discriminator/generator configs are `disc` and `gen`
     (with `electric`, `gen` is each tower of Electric's two-tower generator)."""
     size = next((name for name, (h, _) in MODEL_SIZES.items() if h == disc.hidden_size), "small")
@@ -56,7 +57,7 @@ def config_from_models(
     if gen is not None:
         values["generator_hidden_size"] = gen.hidden_size / disc.hidden_size
         values["generator_layers"] = gen.num_hidden_layers / disc.num_hidden_layers
-    config = replace_checked(PretrainingConfig(), values, where=where or "checkpoint").resolve()
+    config = config_from_values(values, where or "checkpoint")
     problems = []
     if not _same_structure(config.discriminator_config(), disc):
         problems.append(f"discriminator {disc} -> {config.discriminator_config()}")
@@ -102,7 +103,9 @@ def _encoder_config(shapes: Mapping[str, tuple], scope: str, where: str) -> Mode
     )
 
 
-def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> PretrainingConfig:
+def infer_config(
+    shapes: Mapping[str, tuple], where: str = "checkpoint"
+) -> ResolvedPretrainingConfig:
     """Infers the PretrainingConfig (E, H, L, heads = H/64, FFN, generator fractions, V,
     max positions, type vocabulary, untied generator embeddings) from variable shapes.
 
@@ -136,18 +139,7 @@ def infer_config(shapes: Mapping[str, tuple], where: str = "checkpoint") -> Pret
             config = dataclasses.replace(config, untied_generator=False)
         else:
             config = dataclasses.replace(config, electra_objective=False)
-    return config.resolve()
-
-
-def read_config_file(path: str) -> PretrainingConfig:
-    """A PretrainingConfig from JSON: a saved resolved config or a dict of overrides."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read a config ({e})") from e
-    values = {k: v for k, v in values.items() if not k.startswith("_")}
-    return replace_checked(PretrainingConfig(), values, where=path).resolve()
+    return config  # replace() on a resolved config validates and derives again
 
 
 def check_config_matches(

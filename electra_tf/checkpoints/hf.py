@@ -264,7 +264,7 @@ def pretraining_config(
     disc = configs.get(DISCRIMINATOR)
     if disc is None and GENERATOR in configs:  # a masked LM: the original's BERT objective
         config = config_from_models(configs[GENERATOR], None, where=path)
-        return dataclasses.replace(config, electra_objective=False).resolve()
+        return dataclasses.replace(config, electra_objective=False)
     if disc is None:
         raise CheckpointError(
             f"{path}: a generator folder without a discriminator folder needs --config "

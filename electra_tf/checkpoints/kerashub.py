@@ -238,7 +238,7 @@ def _pretraining_config(path: str, head_names, untied: bool) -> PretrainingConfi
             do_lower_case=bool(values.get("lowercase", config.do_lower_case)),
             do_strip_accents=bool(values.get("strip_accents", config.do_strip_accents)),
         )
-    return config.resolve()
+    return config
 
 
 def read_kerashub_config(path: str) -> PretrainingConfig:

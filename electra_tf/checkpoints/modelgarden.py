@@ -304,7 +304,7 @@ def read_modelgarden(path: str, config: PretrainingConfig | None = None) -> Sour
     if config is None:
         config = config_from_models(disc, gen, untied, where=prefix)
         if shared_network:  # one network, two heads: the generator shares all weights
-            config = dataclasses.replace(config, untied_generator=False).resolve()
+            config = dataclasses.replace(config, untied_generator=False)
     return SourceWeights(weights, "modelgarden", prefix, config, step, skipped, unused)
 
 

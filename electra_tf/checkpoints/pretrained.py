@@ -58,7 +58,7 @@ def _read_weights(model: PretrainedModel) -> SourceWeights:
         # HF and KerasHub generator embedding tables as wide as the discriminator's are told
         # apart from the shared ones by their values only: what the reader concludes from them.
         config = dataclasses.replace(model.config, untied_generator_embeddings=True)
-        source.config = config.resolve()
+        source.config = config
     return source
 
 

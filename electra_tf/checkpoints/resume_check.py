@@ -27,7 +27,9 @@ from electra_tf.config import (
     MASKED_LM_VARIANTS,
     ConfigError,
     PretrainingConfig,
+    ResolvedPretrainingConfig,
     check_known_keys,
+    config_from_values,
 )
 
 # Settings that change the checkpoint's variables or their shapes. Resuming with a different
@@ -69,12 +71,12 @@ ACCEPTED_ON_RESUME = frozenset(
 _DERIVED = frozenset({"max_predictions_per_seq"})  # follows mask_prob and max_seq_length
 
 
-def _uses_loss_scale(config: PretrainingConfig) -> bool:
+def _uses_loss_scale(config: ResolvedPretrainingConfig) -> bool:
     # A LossScaleOptimizer wraps the optimizer: its checkpoint has a different structure.
     return config.precision == "mixed_float16"
 
 
-def _shape_signature(config: PretrainingConfig) -> dict[str, Any]:
+def _shape_signature(config: ResolvedPretrainingConfig) -> dict[str, Any]:
     return {
         "discriminator": config.discriminator_config().to_dict(),
         "generator": config.generator_config().to_dict(),
@@ -91,14 +93,12 @@ def _shape_signature(config: PretrainingConfig) -> dict[str, Any]:
     }
 
 
-def config_from_saved(values: Mapping[str, Any], where: str) -> PretrainingConfig:
-    """A saved config.json back into a PretrainingConfig (keys we no longer know are ignored)."""
-    known = {f.name for f in dataclasses.fields(PretrainingConfig)}
+def config_from_saved(values: Mapping[str, Any], where: str) -> ResolvedPretrainingConfig:
+    """A saved config.json back into a config, by `config.config_from_values`'s rule: an
+    unknown key is an error naming the closest valid one; retired keys are ignored."""
     try:
-        return dataclasses.replace(
-            PretrainingConfig(), **{k: v for k, v in values.items() if k in known}
-        ).resolve()
-    except (TypeError, ConfigError) as e:
+        return config_from_values(values, "the saved run config")
+    except ConfigError as e:
         raise ConfigError(f"{where}: not a valid pre-training config ({e})") from e
 
 
@@ -109,7 +109,7 @@ def check_allowed_keys(keys: Collection[str]) -> None:
 
 
 def check_resumable(
-    saved_path: str, config: PretrainingConfig, allowed: Collection[str] = ()
+    saved_path: str, config: ResolvedPretrainingConfig, allowed: Collection[str] = ()
 ) -> list[str]:
     """Raises ConfigError (one line) naming every refused difference from the saved config;
     returns the accepted ones ("key: old -> new"), for the run to print."""
@@ -143,7 +143,9 @@ def check_resumable(
     return [f"{key}: {old!r} -> {new!r}" for key, old, new in changed]
 
 
-def _check_shapes(model_dir: str, saved: PretrainingConfig, config: PretrainingConfig) -> None:
+def _check_shapes(
+    model_dir: str, saved: ResolvedPretrainingConfig, config: ResolvedPretrainingConfig
+) -> None:
     """Refuses, whatever is allowed, a config whose checkpoint variables differ."""
     if _shape_signature(saved) == _shape_signature(config):
         return

@@ -31,7 +31,7 @@ import tensorflow as tf
 from electra_tf.checkpoints.files import CHECKPOINT_PREFIX, CONFIG_FILE, write_state_file
 from electra_tf.checkpoints.recovery import checkpoint_problem, damage_error, resume_point
 from electra_tf.checkpoints.resume_check import check_resumable  # noqa: F401 - re-exported
-from electra_tf.config import PretrainingConfig, save_config
+from electra_tf.config import ResolvedPretrainingConfig, save_config
 
 # A kept prefix, or one of the files or temporary folders a save leaves: group 1 is the step.
 _CHECKPOINT_FILE = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)(\.index|\.data-\d+-of-\d+|_temp.*)?$")
@@ -43,7 +43,7 @@ def kept_checkpoints(model_dir: str) -> list[str]:
     return list(state.all_model_checkpoint_paths) if state else []
 
 
-def write_run_config(config: PretrainingConfig, model_dir: str) -> str:
+def write_run_config(config: ResolvedPretrainingConfig, model_dir: str) -> str:
     path = os.path.join(model_dir, CONFIG_FILE)
     save_config(config, path)  # atomic: temporary file + rename
     return path

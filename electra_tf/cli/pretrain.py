@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from electra_tf.config import (
     ConfigError,
-    PretrainingConfig,
+    ResolvedPretrainingConfig,
     load_preset,
     parse_hparams,
     pretraining_config,
@@ -61,7 +61,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingConfig:
+def resolve_vocab(
+    config: ResolvedPretrainingConfig, explicit: set[str]
+) -> ResolvedPretrainingConfig:
     """Reads the vocab, and sizes the embedding table from it unless vocab_size was given."""
     from electra_tf.data.tokenization import id_count, load_vocab
 
@@ -86,7 +88,9 @@ def resolve_vocab(config: PretrainingConfig, explicit: set[str]) -> PretrainingC
     return dataclasses.replace(config, vocab_size=size)
 
 
-def build_config(args: argparse.Namespace, machine: Machine | None = None) -> PretrainingConfig:
+def build_config(
+    args: argparse.Namespace, machine: Machine | None = None
+) -> ResolvedPretrainingConfig:
     """The run's config; "auto" settings are chosen for `machine` (see `resolve`)."""
     config = pretraining_config(
         args.model_name, args.data_dir, args.preset, args.hparams, machine=machine
@@ -121,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(
-    config: PretrainingConfig, machine: Machine, all_checkpoints: bool, allowed: list[str]
+    config: ResolvedPretrainingConfig, machine: Machine, all_checkpoints: bool, allowed: list[str]
 ) -> int:
     """Starts TensorFlow (thread pools, then the strategy, then its context) and trains or
     evaluates; the exit code."""

@@ -23,7 +23,7 @@ import dataclasses
 
 import tf_keras as keras
 
-from electra_tf.config import MASKED_LM_VARIANTS, PretrainingConfig
+from electra_tf.config import MASKED_LM_VARIANTS, ResolvedPretrainingConfig, check_resolved
 from electra_tf.modeling import (
     DiscriminatorHead,
     GeneratorHead,
@@ -72,7 +72,7 @@ class PretrainingNetworks:
             and not self.two_tower
         )
 
-    def check_matches(self, config: PretrainingConfig) -> None:
+    def check_matches(self, config: ResolvedPretrainingConfig) -> None:
         """Raises ValueError where the networks cannot serve `config`'s (resolved) objective:
         the pretrainer's forward pass picks its path from the config."""
         expected = {
@@ -99,7 +99,8 @@ class PretrainingNetworks:
 
 
 def build_networks(
-    config: PretrainingConfig, dtype_policy: str | keras.mixed_precision.Policy | None = None
+    config: ResolvedPretrainingConfig,
+    dtype_policy: str | keras.mixed_precision.Policy | None = None,
 ) -> PretrainingNetworks:
     """The networks `config` asks for, as the original builds them.
 
@@ -107,15 +108,15 @@ def build_networks(
     the checkpoint's objects, so it stays the original pretrainer's.
 
     Args:
-        config: the pre-training config (`pretraining_config(...)`); resolved here if it is
-            not yet (`resolve()` is idempotent): the roles read fields it fills in, such as
-            `two_tower_generator` under `electric_objective`.
+        config: the resolved pre-training config (`pretraining_config(...)`): the roles read
+            fields resolution fills in, such as `two_tower_generator` under
+            `electric_objective`.
         dtype_policy: every layer's dtype policy; None: `config.precision`.
 
     Returns:
         `PretrainingNetworks`, every variable created.
     """
-    config = config.resolve()
+    config = check_resolved(config, "build_networks")
     policy = config.precision if dtype_policy is None else dtype_policy
     disc_config = config.discriminator_config()
     discriminator = TransformerEncoder(disc_config, name="discriminator", dtype=policy)
@@ -141,11 +142,11 @@ def build_networks(
 
 
 def _build_generator(
-    config: PretrainingConfig, discriminator: TransformerEncoder, policy
+    config: ResolvedPretrainingConfig, discriminator: TransformerEncoder, policy
 ) -> tuple[TransformerEncoder | TwoTowerClozeTransformer | None, GeneratorHead | None]:
     """(generator, cloze head): the generator network `config` asks for, and with the
     two-tower generator its head (None otherwise)."""
-    # Validated by config.resolve(): the two-tower generator comes with an untied,
+    # Validated by resolution: the two-tower generator comes with an untied,
     # non-uniform generator and a discriminator.
     separate = (
         config.has_discriminator

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf import checkpoint_names
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import ResolvedPretrainingConfig, check_resolved, config_from_values
 from electra_tf.modeling.utils import no_autograph
 from electra_tf.optimization import learning_rate_schedule
 from electra_tf.pretraining import ablations
@@ -66,8 +66,9 @@ class ElectraPretrainer(keras.Model):
     (`gradients.py`: whole batch, accumulated, parallel micro-batches) and applies it once.
 
     Args:
-        config: resolved pre-training config (`pretraining_config(...)`); its `precision` is
-            the dtype policy of every layer.
+        config: resolved pre-training config (`pretraining_config(...)`, or
+            a `PretrainingConfig` after `.resolve`; an unresolved one is a TypeError saying so);
+            its `precision` is the dtype policy of every layer.
         networks: the networks to train, `build_networks(config, ...)`'s; None builds them
             with this model's dtype policy.
         cls_id, sep_id, mask_id: the vocabulary's [CLS], [SEP] and [MASK] ids.
@@ -90,7 +91,7 @@ class ElectraPretrainer(keras.Model):
 
     def __init__(
         self,
-        config: PretrainingConfig,
+        config: ResolvedPretrainingConfig,
         networks: PretrainingNetworks | None = None,
         cls_id: int = CLS_ID,
         sep_id: int = SEP_ID,
@@ -101,11 +102,10 @@ class ElectraPretrainer(keras.Model):
             # The special ids came second before `networks` did: a positional caller gets
             # this error, not networks made of ints.
             raise TypeError(f"networks: a PretrainingNetworks, not {type(networks).__name__}")
+        config = check_resolved(config, "ElectraPretrainer")
         kwargs.setdefault("name", "electra_pretrainer")
         kwargs.setdefault("dtype", config.precision)
         super().__init__(**kwargs)
-        if config.max_predictions_per_seq is None or config.parallel_micro_batches == "auto":
-            config = config.resolve()
         self.config = config
         self.special_ids = {"cls_id": cls_id, "sep_id": sep_id, "mask_id": mask_id}
         _check_special_ids(self.special_ids, config.vocab_size)
@@ -422,7 +422,7 @@ class ElectraPretrainer(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        return cls(PretrainingConfig(**config.pop("config")), **config)
+        return cls(config_from_values(config.pop("config"), "ElectraPretrainer config"), **config)
 
 
 def _check_special_ids(special_ids: dict[str, int], vocab_size: int) -> None:

@@ -35,7 +35,7 @@ from electra_tf.checkpoints.files import CONFIG_FILE
 from electra_tf.checkpoints.recovery import holds_checkpoints
 from electra_tf.checkpoints.resume_check import check_allowed_keys, check_resumable
 from electra_tf.checkpoints.training_state import TrainingCheckpoints, write_run_config
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PretrainingConfig, ResolvedPretrainingConfig
 from electra_tf.data.pretraining_input import InputDataError, check_input_files, match_files
 from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.run_lock import RunLock
@@ -80,7 +80,7 @@ class TrainResult:
 class _Run:
     """What the training loop works with (`_build_run`)."""
 
-    config: PretrainingConfig
+    config: ResolvedPretrainingConfig
     model: keras.Model
     optimizer: Any
     iterator: Any
@@ -109,7 +109,8 @@ def train(
     (`worker_agreement`)."""
     stream = stream or sys.stdout
     machine = probe_machine() if machine is None else machine
-    config = config.resolve(machine)  # fields still "auto" get this machine's answer
+    if not isinstance(config, ResolvedPretrainingConfig):  # resolved once, for this machine
+        config = config.resolve(machine)  # fields still "auto" get this machine's answer
     check_allowed_keys(allow_changes)
     warn_if_emulated_bf16(config.precision, machine, stream)
     keras.mixed_precision.set_global_policy(config.precision)
@@ -138,7 +139,7 @@ def train(
         return _train(run, strategy, role[0], machine, stream)
 
 
-def _input_files(config: PretrainingConfig) -> tuple[list[str], Exception | None]:
+def _input_files(config: ResolvedPretrainingConfig) -> tuple[list[str], Exception | None]:
     """The training files, checked (a bad one is named before the model is built); the error
     is returned, so that several workers can say which of them has it."""
     try:
@@ -150,7 +151,7 @@ def _input_files(config: PretrainingConfig) -> tuple[list[str], Exception | None
 
 
 def resume_changes(
-    config: PretrainingConfig, model_dir: str, allow_changes: Collection[str] = ()
+    config: ResolvedPretrainingConfig, model_dir: str, allow_changes: Collection[str] = ()
 ) -> list[str]:
     """Refuses a resume that changes the model, or (unless allowed) what it computes, naming
     the keys; returns what else changed ("key: old -> new"), [] for a fresh run."""
@@ -161,7 +162,7 @@ def resume_changes(
 
 
 def _build_run(
-    config: PretrainingConfig,
+    config: ResolvedPretrainingConfig,
     strategy: tf.distribute.Strategy,
     role: tuple[bool, int, int],
     stream: TextIO,
@@ -211,7 +212,7 @@ def _resume(run: _Run, strategy: tf.distribute.Strategy, pattern: str, stream: T
 
 
 def _start_from_init_checkpoint(
-    config: PretrainingConfig, model: keras.Model, optimizer: Any, stream: TextIO
+    config: ResolvedPretrainingConfig, model: keras.Model, optimizer: Any, stream: TextIO
 ) -> None:
     """Continued pre-training: `init_checkpoint`'s weights, a fresh optimizer at `init_step`."""
     fmt = load_init_checkpoint(model, config)

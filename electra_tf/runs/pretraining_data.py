@@ -8,13 +8,13 @@ from typing import Any, TextIO
 import tensorflow as tf
 
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import ResolvedPretrainingConfig
 from electra_tf.data.pretraining_input import InputDataError, locate_corrupt_record
 from electra_tf.runs.strategy import WorkerLostError
 
 
 def make_dataset(
-    config: PretrainingConfig,
+    config: ResolvedPretrainingConfig,
     strategy: tf.distribute.Strategy,
     file_pattern: str,
     global_batch_size: int,
@@ -47,7 +47,7 @@ def make_dataset(
 
 
 def resumed_input(
-    config: PretrainingConfig,
+    config: ResolvedPretrainingConfig,
     strategy: tf.distribute.Strategy,
     pattern: str,
     optimizer: Any,
@@ -67,7 +67,7 @@ def run_steps(
     train_steps: Any,
     iterator: Any,
     num_steps: int,
-    config: PretrainingConfig,
+    config: ResolvedPretrainingConfig,
     checkpoints: TrainingCheckpoints,
     optimizer: Any,
     saved_step: int,

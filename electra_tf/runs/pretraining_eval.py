@@ -11,7 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.atomic_io import write_json
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import ResolvedPretrainingConfig
 from electra_tf.run_lock import ensure_writable
 from electra_tf.runs.pretraining_data import make_dataset
 from electra_tf.runs.pretraining_model import build_model, metric_values, reset_metrics
@@ -22,7 +22,7 @@ RESULTS_DIR = "results"
 
 
 def evaluate(
-    config: PretrainingConfig,
+    config: ResolvedPretrainingConfig,
     checkpoint: str | None = None,
     stream: TextIO | None = None,
     *,
@@ -71,7 +71,7 @@ def evaluate(
 
 
 def _eval_batches(
-    config: PretrainingConfig, strategy: tf.distribute.Strategy, model: keras.Model
+    config: ResolvedPretrainingConfig, strategy: tf.distribute.Strategy, model: keras.Model
 ) -> int:
     """Runs up to `num_eval_steps` evaluation batches into the model's metrics; their count."""
     pattern = config.eval_tfrecords or config.resolved_pretrain_tfrecords()

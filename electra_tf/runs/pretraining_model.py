@@ -10,11 +10,11 @@ import tf_keras as keras
 
 from electra_tf.checkpoint_names import GENERATOR_SCOPES
 from electra_tf.checkpoints.native import restore_weights
-from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.config import ConfigError, ResolvedPretrainingConfig
 from electra_tf.optimization import create_optimizer, for_precision
 
 
-def special_token_ids(config: PretrainingConfig) -> dict[str, int]:
+def special_token_ids(config: ResolvedPretrainingConfig) -> dict[str, int]:
     """[CLS], [SEP] and [MASK] ids from the run's vocabulary (not assumed from BERT's)."""
     from electra_tf.data.tokenization import load_vocab
 
@@ -25,7 +25,7 @@ def special_token_ids(config: PretrainingConfig) -> dict[str, int]:
     return {"cls_id": vocab["[CLS]"], "sep_id": vocab["[SEP]"], "mask_id": vocab["[MASK]"]}
 
 
-def build_model(config: PretrainingConfig) -> keras.Model:
+def build_model(config: ResolvedPretrainingConfig) -> keras.Model:
     """The pretrainer with every variable created (call under the strategy's scope): its
     networks come from the one factory, `build_networks`, and are handed to it."""
     from electra_tf.pretraining.networks import build_networks
@@ -45,7 +45,7 @@ def generator_lr_multipliers(
 
 
 def build_optimizer(
-    config: PretrainingConfig, model: keras.Model, initial_scale: float | None = None
+    config: ResolvedPretrainingConfig, model: keras.Model, initial_scale: float | None = None
 ) -> keras.optimizers.Optimizer:
     """AdamWeightDecay on the original's schedule; wrapped for loss scaling under float16
     (`initial_scale`: the loss scale it starts from, else tf_keras's default).
@@ -76,7 +76,7 @@ def current_learning_rate(optimizer: Any) -> float:
     return float(getattr(optimizer, "inner_optimizer", optimizer).learning_rate.numpy())
 
 
-def load_init_checkpoint(model: keras.Model, config: PretrainingConfig) -> str:
+def load_init_checkpoint(model: keras.Model, config: ResolvedPretrainingConfig) -> str:
     """Continued pre-training: the weights of `init_checkpoint`, no optimizer state."""
     path, fmt = config.init_checkpoint, config.init_checkpoint_format
     assert path is not None
@@ -159,7 +159,7 @@ def make_train_function(model: keras.Model, strategy: tf.distribute.Strategy, ji
 
 
 def stop_if_diverged(
-    model: keras.Model, checkpoints: Any, config: PretrainingConfig, saving: bool, previous: int,
+    model: keras.Model, checkpoints: Any, config: ResolvedPretrainingConfig, saving: bool, previous: int,
     step: int,
 ) -> None:  # fmt: skip
     """Raises TrainingDiverged before a NaN or Inf reaches a checkpoint: the last good one
