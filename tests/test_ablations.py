@@ -4,13 +4,13 @@ re-derivations, their config rules, tiny runs, and the generator-size / weight-s
 import json
 import os
 
+import helpers_reference_ablations as abl
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
-import reference_ablations as abl
-import reference_numpy as ref
 import tensorflow as tf
 import tf_keras as keras
-from pretrainer_fixtures import MASK, SPECIAL_IDS, tiny_batch, tiny_config
+from helpers_pretrainer import MASK, SPECIAL_IDS, tiny_batch, tiny_config
 
 from electra_tf.config import CONFIGS_DIR, MASKED_LM_VARIANTS, ConfigError, pretraining_config
 from electra_tf.pretraining import ablations
@@ -389,7 +389,7 @@ def test_a_tiny_run_of_each_objective_lowers_its_loss(variant):
 )
 def test_accumulated_micro_batches_give_the_full_batch_update(variant):
     # Each variant's loss divides by the WHOLE batch's denominator in every micro-batch.
-    from pretrainer_fixtures import batch_split_invariant_objective
+    from helpers_pretrainer import batch_split_invariant_objective
 
     batches = [tiny_batch(batch=8, seed=seed) for seed in (0, 1)]
 
@@ -531,7 +531,7 @@ def test_the_pretraining_command_runs_a_variant_and_refuses_to_resume_it_as_anot
 ):
     # The real loop (optimizer, checkpoints, console line), the ablation file as the user
     # passes it (`--hparams` over a size preset), then a resume with another variant.
-    from pretrain_harness import hparams, write_corpus
+    from helpers_pretrain_cli import hparams, write_corpus
 
     from electra_tf.cli import pretrain
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from pretrainer_fixtures import (
+from helpers_pretrainer import (
     SPECIAL_IDS,
     batch_split_invariant_objective,
     tiny_batch,

@@ -155,7 +155,7 @@ def test_a_binary_vocabulary_is_an_error_naming_the_file(tmp_path):
 
 
 def test_untied_generator_embeddings_convert_through_every_format(tmp_path, capsys):
-    from pretrainer_fixtures import SPECIAL_IDS, tiny_config
+    from helpers_pretrainer import SPECIAL_IDS, tiny_config
 
     from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
@@ -175,7 +175,7 @@ def test_untied_generator_embeddings_convert_through_every_format(tmp_path, caps
 def test_a_generator_folder_alone_round_trips_as_a_masked_lm(tmp_path, capsys):
     import shutil
 
-    from pretrainer_fixtures import SPECIAL_IDS, tiny_config
+    from helpers_pretrainer import SPECIAL_IDS, tiny_config
 
     from electra_tf.pretraining.pretrainer import ElectraPretrainer
 

@@ -12,8 +12,8 @@ import shutil
 import pytest
 import tensorflow as tf
 import tf_keras as keras
-from pretrain_harness import run_pretrain, write_corpus
-from reliability_cases import last_line, record
+from helpers_pretrain_cli import run_pretrain, write_corpus
+from helpers_reliability import last_line, record
 
 from electra_tf.checkpoints.recovery import (
     CheckpointDamageError,

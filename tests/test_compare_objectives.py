@@ -284,7 +284,7 @@ def test_quick_run_end_to_end_then_resumed(tmp_path, capsys):
     # Two objectives that build different networks (a masked LM alone; Electric's two-tower
     # generator), each planned, trained, evaluated and fine-tuned with a random-init row. In
     # this process (--in-process): one interpreter and TensorFlow start-up for all of it.
-    from pretrain_harness import TINY, write_corpus
+    from helpers_pretrain_cli import TINY, write_corpus
 
     data = write_corpus(tmp_path / "data")
     _write_sst2(tmp_path / "glue", np.random.default_rng(0))
@@ -345,7 +345,7 @@ def test_quick_run_end_to_end_then_resumed(tmp_path, capsys):
 
 
 def test_missing_pretraining_data_stops_at_the_pilot_naming_the_files(tmp_path):
-    from pretrain_harness import TINY
+    from helpers_pretrain_cli import TINY
 
     data = tmp_path / "data"
     data.mkdir()

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 import pytest
-from distribute_fixtures import (
+from helpers_distribute import (
     TINY_HPARAMS,
     WORKER_WRAPPER,
     child_env,
@@ -40,7 +40,7 @@ from distribute_fixtures import (
     tensorboard_scalars,
     write_id_data,
 )
-from pretrain_harness import checkpoint_values
+from helpers_pretrain_cli import checkpoint_values
 
 STEPS, SAVE_EVERY, DIE_AT, EPOCH_STEPS, EXAMPLES = 24, 6, 10, 12, 96
 WORKER_TIMEOUT = 45  # seconds; the default is 300

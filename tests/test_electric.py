@@ -1,16 +1,16 @@
 """Electric (energy-based cloze pre-training, run_pretraining.py with electric_objective): the
 two-tower cloze model, the cloze loss, the energy-based discriminator loss against NumPy
-re-derivations (reference_numpy), the config rules, a tiny training run, and the original's
+re-derivations (helpers_reference_numpy), the config rules, a tiny training run, and the original's
 checkpoint names, and scoring text."""
 
 import os
 
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
-import reference_numpy as ref
 import tensorflow as tf
 import tf_keras as keras
-from pretrainer_fixtures import CLS, MASK, SEP, SPECIAL_IDS, VOCAB, tiny_batch, tiny_config
+from helpers_pretrainer import CLS, MASK, SEP, SPECIAL_IDS, VOCAB, tiny_batch, tiny_config
 from test_checkpoints import original_shapes, write_tf1_checkpoint
 
 from electra_tf import checkpoints

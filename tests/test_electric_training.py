@@ -21,7 +21,7 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
-from pretrain_harness import TINY, checkpoint_values
+from helpers_pretrain_cli import TINY, checkpoint_values
 
 from electra_tf import checkpoints
 from electra_tf.cli import pretrain

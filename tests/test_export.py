@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from pretrain_harness import export_config
+from helpers_pretrain_cli import export_config
 
 from electra_tf import checkpoints
 from electra_tf.cli import export

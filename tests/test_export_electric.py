@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
-import reference_numpy as ref
 import tensorflow as tf
-from pretrain_harness import export_config
+from helpers_pretrain_cli import export_config
 
 from electra_tf import checkpoints
 from electra_tf.cli import export

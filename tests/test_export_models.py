@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from reliability_cases import record
+from helpers_reliability import record
 
 from electra_tf.cli import export
 from electra_tf.config import ModelConfig

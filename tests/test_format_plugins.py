@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from pretrainer_fixtures import SPECIAL_IDS, tiny_config
+from helpers_pretrainer import SPECIAL_IDS, tiny_config
 
 from electra_tf import checkpoints, format_registry
 from electra_tf.checkpoints.weights import SourceWeights

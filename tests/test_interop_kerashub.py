@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from pretrain_harness import assert_same_weights, pretrained_and_converted
+from helpers_pretrain_cli import assert_same_weights, pretrained_and_converted
 
 from electra_tf import ElectraDiscriminator, FullTokenizer, checkpoints
 from electra_tf.checkpoints import kerashub

@@ -18,8 +18,8 @@ import tensorflow as tf
 pytest.importorskip("official.nlp.modeling")
 
 import tf_keras  # noqa: E402
+from helpers_pretrain_cli import assert_same_weights, pretrained_and_converted  # noqa: E402
 from official.nlp.modeling import models, networks  # noqa: E402
-from pretrain_harness import assert_same_weights, pretrained_and_converted  # noqa: E402
 
 from electra_tf import FullTokenizer, checkpoints  # noqa: E402
 from electra_tf.checkpoints import modelgarden  # noqa: E402

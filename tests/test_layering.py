@@ -194,3 +194,14 @@ def test_a_module_takes_the_layer_of_its_longest_prefix():
     assert layer_of("electra_tf.finetuning.task") < layer_of("electra_tf.checkpoints.hf")
     assert layer_of("electra_tf.data.corpus") < layer_of("electra_tf.modeling.encoder")
     assert layer_of("electra_tf") == len(LAYERS) - 1
+
+
+def test_test_helpers_follow_one_naming_scheme():
+    # tests/ holds test modules (test_*.py, what pytest collects), pytest's conftest.py, and
+    # the helpers they share, all named helpers_*.py: a helper named like a test would be
+    # collected, and one named otherwise is found only by reading every import.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    modules = [f for f in os.listdir(tests) if f.endswith(".py")]
+    assert "conftest.py" in modules and any(f.startswith("helpers_") for f in modules)
+    others = [f for f in modules if f != "conftest.py" and not f.startswith(("test_", "helpers_"))]
+    assert not others, f"name these helpers_*.py (or test_*.py if they hold tests): {others}"

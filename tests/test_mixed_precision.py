@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
-from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
+from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 from electra_tf.config import pretraining_config
 from electra_tf.runs.pretraining_model import build_model, build_optimizer

@@ -3,9 +3,9 @@
 import dataclasses
 import math
 
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
-import reference_numpy as ref
 import tensorflow as tf
 
 from electra_tf.config import ModelConfig, pretraining_config

@@ -1,10 +1,10 @@
-"""The whole ELECTRA forward pass and loss against the NumPy re-derivation (reference_numpy)."""
+"""The whole ELECTRA forward pass and loss against the NumPy re-derivation (helpers_reference_numpy)."""
 
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
-import reference_numpy as ref
 import tensorflow as tf
-from pretrainer_fixtures import SPECIAL_IDS, tiny_batch, tiny_config
+from helpers_pretrainer import SPECIAL_IDS, tiny_batch, tiny_config
 
 from electra_tf.pretraining.losses import electra_loss, masked_lm_losses
 from electra_tf.pretraining.pretrainer import ElectraPretrainer

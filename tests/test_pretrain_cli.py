@@ -6,7 +6,7 @@ import os
 
 import pytest
 import tensorflow as tf
-from pretrain_harness import hparams, write_corpus
+from helpers_pretrain_cli import hparams, write_corpus
 
 from electra_tf import device_defaults
 from electra_tf.cli import pretrain

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
-from pretrainer_fixtures import CLS, SEP, SPECIAL_IDS, one_layer_config, tiny_batch, tiny_config
+from helpers_pretrainer import CLS, SEP, SPECIAL_IDS, one_layer_config, tiny_batch, tiny_config
 
 from electra_tf.pretraining.networks import build_networks
 from electra_tf.pretraining.pretrainer import ElectraPretrainer

@@ -4,7 +4,7 @@ tables), `generator_lr_multiplier` and `generator_initializer_range`."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from pretrainer_fixtures import SPECIAL_IDS, one_layer_config, tiny_batch, tiny_config
+from helpers_pretrainer import SPECIAL_IDS, one_layer_config, tiny_batch, tiny_config
 
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 

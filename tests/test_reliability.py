@@ -1,5 +1,5 @@
 """Issue #13: every case of the reliability report, reproduced (items 1-8 and 10-12; item 9 is
-#14's). Each test records its row for `make reliability` (tests/reliability_cases.py) before
+#14's). Each test records its row for `make reliability` (tests/helpers_reliability.py) before
 it asserts. Real processes where the case is about processes (locks, signals, kill -9); a real
 tmpfs for the full and the read-only disk, where this machine lets a test mount one."""
 
@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-from pretrain_harness import ROOT, cli_command, cli_env, run_pretrain, write_corpus
-from reliability_cases import last_line, lock_held_by_another_process, record, wait_for
+from helpers_pretrain_cli import ROOT, cli_command, cli_env, run_pretrain, write_corpus
+from helpers_reliability import last_line, lock_held_by_another_process, record, wait_for
 
 from electra_tf.cli import build_tfrecords, export, finetune
 from electra_tf.run_lock import LockError, RunLock

@@ -2,7 +2,7 @@
 user's own files, outputs that are (or hold, or sit in) the input, links, two writers, paths
 that cannot be written, vocabularies that do not fit, and KerasHub / Model Garden configs that
 disagree with their weights. Each case records its row for `make reliability`
-(tests/reliability_cases.py) before it asserts.
+(tests/helpers_reliability.py) before it asserts.
 
 One tiny TF1 checkpoint (3 layers; E 8, H 16, a 1-layer generator; 20 ids) and its
 conversions are shared by the module: no pre-training."""
@@ -16,7 +16,7 @@ import shutil
 import subprocess
 
 import pytest
-from reliability_cases import last_line, lock_held_by_another_process, record
+from helpers_reliability import last_line, lock_held_by_another_process, record
 from test_checkpoints import original_shapes, write_tf1_checkpoint
 
 from electra_tf.cli import convert, finetune

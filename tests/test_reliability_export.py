@@ -2,7 +2,7 @@
 `--query-blocks`, `--version` and `--max-seq-length` (export, fine-tuning and the TFRecord
 builder), an `export.json` that would start thousands of threads or holds no integer, a stopped
 export's lock, the builder reading its own outputs back as text, and corpus entries that are not
-files. Each case records its row for `make reliability` (tests/reliability_cases.py) before it
+files. Each case records its row for `make reliability` (tests/helpers_reliability.py) before it
 asserts. Everything runs in-process on a 2-layer, 32-wide model; no model is traced."""
 
 import json
@@ -11,8 +11,8 @@ import signal
 import time
 
 import pytest
-from pretrain_harness import export_config
-from reliability_cases import last_line, record
+from helpers_pretrain_cli import export_config
+from helpers_reliability import last_line, record
 
 from electra_tf import checkpoints, serving
 from electra_tf.cli import build_tfrecords, export, finetune

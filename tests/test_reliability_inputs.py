@@ -1,7 +1,7 @@
 """The second adversarial pass over inputs: hyperparameters that cannot train, data built
 with another vocabulary, vocabularies that cannot work, unreadable files, malformed
 safetensors headers, and links planted where the project writes. Each case records its row
-for `make reliability` (tests/reliability_cases.py) before it asserts."""
+for `make reliability` (tests/helpers_reliability.py) before it asserts."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from pretrain_harness import ROOT, hparams, run_pretrain, write_corpus
-from reliability_cases import last_line, record, wait_for
+from helpers_pretrain_cli import ROOT, hparams, run_pretrain, write_corpus
+from helpers_reliability import last_line, record, wait_for
 
 from electra_tf.atomic_io import write_text
 from electra_tf.checkpoints.safetensors_io import SafetensorsError, load_file
@@ -360,7 +360,7 @@ def test_hf_weights_that_the_config_does_not_account_for_are_refused(tmp_path, c
 
 @pytest.mark.parametrize("part", ["data-00000-of-00001", "index"])
 def test_converting_a_damaged_native_checkpoint_names_it_and_the_older_one(tmp_path, capsys, part):
-    from pretrain_harness import export_config
+    from helpers_pretrain_cli import export_config
 
     from electra_tf.checkpoints import build_pretrainer, write_native_files
     from electra_tf.cli import convert

@@ -1,6 +1,6 @@
 """Issue #40's cases on workers that disagree, TF_CONFIG, resumes that change the run and
 fine-tuning settings that give no run. Each test records its row for `make reliability`
-(tests/reliability_cases.py) before it asserts.
+(tests/helpers_reliability.py) before it asserts.
 
 One real pair of worker processes (two learning rates: both must stop before the first step);
 the comparison itself is tested with fake workers' settings and a fake strategy that plays the
@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from distribute_fixtures import TINY_HPARAMS, child_env, free_ports, write_id_data
-from pretrain_harness import run_pretrain, write_corpus
-from reliability_cases import last_line, record
+from helpers_distribute import TINY_HPARAMS, child_env, free_ports, write_id_data
+from helpers_pretrain_cli import run_pretrain, write_corpus
+from helpers_reliability import last_line, record
 from test_reliability import FINETUNE_TINY, _finetune, _finetune_data
 
 from electra_tf.cli import finetune
@@ -241,7 +241,7 @@ def test_a_shape_change_is_refused_even_when_allowed(trained, capsys):
 
 
 def test_a_resume_prints_what_changed_and_allowed_keys_go_through(trained, capsys):
-    from pretrain_harness import hparams
+    from helpers_pretrain_cli import hparams
 
     from electra_tf.cli import pretrain
 

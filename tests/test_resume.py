@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from pretrain_harness import (
+from helpers_pretrain_cli import (
     ROOT,
     checkpoint_values,
     cli_command,

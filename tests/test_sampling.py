@@ -1,7 +1,7 @@
 """gather_positions / scatter_update / gumbel_sample: hand-written cases and statistics."""
 
+import helpers_reference_numpy as ref
 import numpy as np
-import reference_numpy as ref
 import tensorflow as tf
 
 from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update

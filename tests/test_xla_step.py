@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
-from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
+from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
 from tensorflow.python.framework import kernels
 
 from electra_tf.config import pretraining_config

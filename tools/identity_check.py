@@ -3,7 +3,7 @@ versions of the code (a refactor must not change a single weight).
 
     python -m tools.identity_check --out NEW.json [--compare OLD.json] [--work DIR]
 
-Each configuration pre-trains the tests' tiny model (tests/pretrain_harness.py: one 32-wide
+Each configuration pre-trains the tests' tiny model (tests/helpers_pretrain_cli.py: one 32-wide
 layer, batch 4, sequences of 16) for 4 steps on the same synthetic corpus, in its own process
 (`python -m electra_tf.pretrain`), and three of them are exported (`python -m
 electra_tf.export`, float32, `--precision bfloat16`, and Electric's scorer). The digests are the
@@ -28,7 +28,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.pretrain_harness import cli_command, cli_env, write_corpus  # noqa: E402
+from tests.helpers_pretrain_cli import cli_command, cli_env, write_corpus  # noqa: E402
 
 DROPOUT = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
 TINY_MODEL = {

@@ -12,7 +12,7 @@ import os
 import socket
 
 import numpy as np
-from pretrainer_fixtures import TINY_RUN_HPARAMS, write_bert_layout_vocab
+from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORD_IDS = np.array([i for i in range(1, 128) if not 100 <= i <= 103])
@@ -146,7 +146,7 @@ def free_ports(count: int) -> list[int]:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    # The repository (electra_tf) and tests/ (pretrainer_fixtures) are importable.
+    # The repository (electra_tf) and tests/ (helpers_pretrainer) are importable.
     pythonpath = os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])
     env = dict(os.environ, PYTHONPATH=pythonpath, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     env.pop("TF_CONFIG", None)

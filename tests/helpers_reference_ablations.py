@@ -1,11 +1,11 @@
 """NumPy re-derivations of the paper's objective ablations (Section 3.2, Table 5), written from
 the paper's definitions as `electra_tf/pretraining/ablations.py` reads them, never by calling
-TensorFlow. float64 throughout; the encoder and heads come from `reference_numpy`."""
+TensorFlow. float64 throughout; the encoder and heads come from `helpers_reference_numpy`."""
 
 from __future__ import annotations
 
+import helpers_reference_numpy as ref
 import numpy as np
-import reference_numpy as ref
 
 
 def generator_positions(positions: np.ndarray, seq_len: int) -> np.ndarray:
@@ -26,7 +26,7 @@ def weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
 
 
 def with_scope(w: dict, scope: str, as_scope: str) -> dict:
-    """`w` plus the `scope/...` weights renamed `as_scope/...`, so that `reference_numpy`'s
+    """`w` plus the `scope/...` weights renamed `as_scope/...`, so that `helpers_reference_numpy`'s
     heads (written for `generator_predictions` / `discriminator_predictions`) score a head of
     the same structure under another name."""
     prefix = f"{scope}/"
