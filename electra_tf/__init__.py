@@ -10,9 +10,9 @@ __all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
-    from electra_tf.api import resolve
+    from electra_tf.api import public_object
 
-    return resolve(name)
+    return public_object(name)
 
 
 def __dir__() -> list[str]:

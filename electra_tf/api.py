@@ -42,7 +42,7 @@ PUBLIC: dict[str, tuple[str, str]] = {
 }
 
 
-def resolve(name: str) -> Any:
+def public_object(name: str) -> Any:
     """The object behind `electra_tf.<name>`; AttributeError for anything not public."""
     if name not in PUBLIC:
         raise AttributeError(f"module 'electra_tf' has no attribute {name!r}")
