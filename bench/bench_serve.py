@@ -28,7 +28,9 @@ Rows, all from one run:
   `--ort-python` (default: the `--hf-python` interpreter; it needs onnx and onnxruntime too),
   served by ONNX Runtime's CPU provider, float32 and with int8 dynamic quantization. The float32
   model's logits must match this project's on the same ids (< 1e-3) before it is timed; the int8
-  model's largest difference is printed.
+  model's largest difference is printed;
+- `OpenVINO f32` and `OpenVINO bf16`: that ONNX model compiled by OpenVINO (its precision
+  hint; bf16 is its default on bf16 CPUs) where `--ort-python` has openvino; checked the same way.
 
 The peers run bench/peer_torch.py (which imports nothing of this project).
 
@@ -62,7 +64,8 @@ from electra_tf import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIGNATURES = ("serving_default", "encode_ids")
-PEERS = ("HF PyTorch", "ONNX Runtime fp32", "ONNX Runtime int8", "baseline")
+PEERS = ("HF PyTorch", "ONNX Runtime fp32", "ONNX Runtime int8", "OpenVINO f32", "OpenVINO bf16",
+         "baseline")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -302,15 +305,20 @@ def bench_ort(workdir: str, args: argparse.Namespace) -> tuple[dict, str]:
     results: dict[str, dict] = {}
     differences = {}
     for r in records:
-        name = f"ONNX Runtime {'fp32' if r['precision'] == 'float32' else r['precision']}"
+        if r["kind"] == "openvino":
+            name = f"OpenVINO {r['precision']}"
+        else:
+            name = f"ONNX Runtime {'fp32' if r['precision'] == 'float32' else r['precision']}"
         results.setdefault(name, {"encode_ids": {}})["encode_ids"][r["batch"]] = r["seconds"]
-        differences[r["precision"]] = r["max_abs_diff"]
+        differences[name] = r["max_abs_diff"]
     agreement = ", ".join(
-        f"{p} logits within {d:.1e} of this project's"
-        for p, d in differences.items()
+        f"{name} logits within {d:.1e} of this project's"
+        for name, d in differences.items()
         if d is not None
     )
-    note = f"onnxruntime {records[0]['onnxruntime']}, {records[0]['threads']} threads; {agreement}"
+    versions = [f"onnxruntime {records[0]['onnxruntime']}"]
+    versions += [f"openvino {r['openvino']}" for r in records[-1:] if r["kind"] == "openvino"]
+    note = f"{', '.join(versions)}, {records[0]['threads']} threads; {agreement}"
     return results, note
 
 

@@ -33,7 +33,9 @@ Shapes are the small preset's: discriminator 12 x 256, 4 heads, FFN 1024; genera
   (`onnxruntime.quantization.quantize_dynamic`, weights int8, activations quantized per call).
   With `--reference` (an .npz of `input_ids`, `input_mask`, `segment_ids`, `logits`: another
   framework's output for the same weights), the float32 model's logits must agree (< 1e-3) before
-  anything is timed; the int8 model's largest difference is reported.
+  anything is timed; the int8 model's largest difference is reported. Where openvino is
+  installed too, the same ONNX model compiled by OpenVINO for the CPU in f32 and bf16
+  (`openvino_rows`), checked against `--reference` the same way.
 """
 
 import argparse
@@ -270,6 +272,44 @@ def ort(args):
             emit({"kind": "ort", "precision": precision, "batch": batch, "seq": args.seq,
                   "seconds": times, "onnxruntime": onnxruntime.__version__,
                   "max_abs_diff": agreement.get(precision)})  # fmt: skip
+    openvino_rows(args, fp32_path)
+
+
+def openvino_rows(args, onnx_path):
+    """The same ONNX model compiled by OpenVINO for the CPU, with INFERENCE_PRECISION_HINT f32
+    and bf16 (OpenVINO's default where the CPU has bf16 units), PERFORMANCE_HINT LATENCY; each
+    precision's largest logit difference from --reference. Skipped where openvino is not
+    installed in this interpreter."""
+    try:
+        import openvino
+    except ImportError:
+        return
+    import numpy as np
+
+    core = openvino.Core()
+    model = core.read_model(onnx_path)
+    reference = np.load(args.reference) if args.reference else None
+    for precision in ("f32", "bf16"):
+        hints = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+        request = core.compile_model(model, "CPU", hints).create_infer_request()
+        difference = None
+        if reference is not None:
+            feed = {
+                "input_ids": reference["input_ids"].astype(np.int64),
+                "attention_mask": reference["input_mask"].astype(np.int64),
+                "token_type_ids": reference["segment_ids"].astype(np.int64),
+            }
+            got = request.infer(feed)[0]
+            difference = float(np.abs(got - reference["logits"]).max())
+            if precision == "f32" and not difference < 1e-3:
+                sys.exit(f"OpenVINO f32 logits differ from the reference by {difference}")
+        for batch in args.batches:
+            ids, mask, segments = random_ids(batch, args.seq, batch)
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": segments}
+            times = timed_steps(lambda r=request, f=feed: r.infer(f), args.calls, args.warmup)
+            emit({"kind": "openvino", "precision": precision, "batch": batch, "seq": args.seq,
+                  "seconds": times, "openvino": openvino.__version__,
+                  "max_abs_diff": difference})  # fmt: skip
 
 
 def main(argv=None):

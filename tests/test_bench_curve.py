@@ -127,6 +127,35 @@ def test_serving_ratios_against_every_peer():
     )
 
 
+def test_onnx_runtime_and_openvino_records_become_rows_with_their_agreement(monkeypatch):
+    def record(kind, precision, batch, seconds, difference):
+        return {"kind": kind, "precision": precision, "batch": batch, "seconds": seconds,
+                "max_abs_diff": difference, "threads": 2, "onnxruntime": "1.0",
+                "openvino": "2026"}  # fmt: skip
+
+    records = [
+        record("ort", "float32", 1, [0.02], 1e-6),
+        record("ort", "int8", 1, [0.01], 0.2),
+        record("openvino", "f32", 1, [0.012], 2e-6),
+        record("openvino", "bf16", 1, [0.006], 3e-2),
+    ]
+    monkeypatch.setattr(bench_serve, "run_peer", lambda *a: (records, ""))
+    args = argparse.Namespace(no_ort=False, ort_python="py", seq=128, batches=[1], calls=1)
+    args.warmup = 0
+    results, note = bench_serve.bench_ort("/w", args)
+    assert set(results) == {
+        "ONNX Runtime fp32",
+        "ONNX Runtime int8",
+        "OpenVINO f32",
+        "OpenVINO bf16",
+    }
+    assert results["OpenVINO bf16"] == {"encode_ids": {1: [0.006]}}
+    assert "openvino 2026" in note and "OpenVINO bf16 logits within 3.0e-02" in note
+    results["electra-tf"] = {"encode_ids": {1: [0.012]}}
+    ratios = {(p, b): r for _, p, b, r in bench_serve.p50_ratios(results, (1,))}
+    assert ratios[("OpenVINO bf16", 1)] == pytest.approx(0.5)  # OpenVINO twice as fast
+
+
 def test_this_builds_precision_export_gets_its_row_and_an_older_one_is_skipped():
     """The bfloat16 row comes from this build's export (`save_for_serving`'s `precision`),
     every variant's options are ones it takes; a --baseline without the option is skipped."""
