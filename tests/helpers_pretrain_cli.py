@@ -156,3 +156,31 @@ def pretrained_and_converted(tmp_path_factory, fmt):
     converted = str(data / fmt)
     assert convert.main(["--to", fmt, "--input", model_dir, "--output", converted]) == 0
     return str(data), model_dir, converted
+
+
+def count_format_reads(monkeypatch, counts):
+    """Counts under "config" and "tensors" every format's config and tensor reads, where the
+    checkpoints package asks for them: through the format registry (`format_registry.get`),
+    which every reader goes through. A format's reader calling its own helpers counts once."""
+    import dataclasses
+
+    from electra_tf import format_registry
+
+    get = format_registry.get
+
+    def counted(key, function):
+        def call(*args, **kwargs):
+            counts[key] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    def counted_get(name):
+        found = get(name)
+        return dataclasses.replace(
+            found,
+            read_config=counted("config", found.read_config),
+            read=counted("tensors", found.read),
+        )
+
+    monkeypatch.setattr(format_registry, "get", counted_get)

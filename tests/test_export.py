@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers_pretrain_cli import export_config
+from helpers_pretrain_cli import count_format_reads, export_config
 
 from electra_tf import checkpoints
 from electra_tf.cli import export
@@ -286,7 +286,7 @@ def test_pretrained_is_read_once(exported, tmp_path, monkeypatch):
     """`--pretrained DIR` (here an original checkpoint with its config.json and vocab.txt):
     the format detected once, the config read once, the tensors once; the export is the one
     `--checkpoint DIR --vocab-file DIR/vocab.txt` gives."""
-    from electra_tf.checkpoints import formats, hf, original, pretrained
+    from electra_tf.checkpoints import formats, pretrained
 
     counts = {"detect": 0, "config": 0, "tensors": 0}
 
@@ -300,11 +300,8 @@ def test_pretrained_is_read_once(exported, tmp_path, monkeypatch):
         monkeypatch.setattr(module, name, counted)
 
     count(formats, "detect_format", "detect")
-    for module, name in ((pretrained, "read_config_file"), (formats, "read_config")):
-        count(module, name, "config")
-    count(original, "infer_config", "config")
-    count(hf, "read_model_configs", "config")
-    count(formats, "read_original", "tensors")
+    count(pretrained, "read_config_file", "config")  # the config.json beside the checkpoint
+    count_format_reads(monkeypatch, counts)
     model_dir = str(exported["model_dir"])
     args = ["--data-dir", str(tmp_path), "--model-name", "other", "--kind", "encoder"]
     args += ["--max-seq-length", str(MAX_LEN), "--pretrained", model_dir]

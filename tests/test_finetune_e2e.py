@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers_pretrain_cli import count_format_reads
 
 from electra_tf.cli import finetune
 from electra_tf.finetuning.config import finetuning_config
@@ -327,17 +328,12 @@ def _count_calls(monkeypatch, counts, key, module, *names):
 
 def count_checkpoint_reads(monkeypatch):
     """{"detect", "config", "tensors"}: how often a run detects a checkpoint's format, reads
-    its config and reads its tensors, counted at every reader of each."""
-    from electra_tf.checkpoints import formats, hf, native, original
+    its config and reads its tensors (through the format registry, every reader's way in)."""
+    from electra_tf.checkpoints import formats
 
     counts = {"detect": 0, "config": 0, "tensors": 0}
     _count_calls(monkeypatch, counts, "detect", formats, "detect_format")
-    _count_calls(monkeypatch, counts, "config", formats, "read_native_config", "infer_config")
-    _count_calls(monkeypatch, counts, "config", native, "read_native_config")
-    _count_calls(monkeypatch, counts, "config", original, "infer_config")
-    _count_calls(monkeypatch, counts, "config", hf, "read_model_configs", "read_pretraining_config")
-    _count_calls(monkeypatch, counts, "tensors", formats, "read_native", "read_original")
-    _count_calls(monkeypatch, counts, "tensors", hf, "read_tensors")
+    count_format_reads(monkeypatch, counts)
     return counts
 
 
