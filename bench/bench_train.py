@@ -52,6 +52,7 @@ from bench.train_table import (
     TORCH_PEERS,
     flops_per_token,
     is_bf16,
+    print_round,
     runs_at_length,
     task_of,
 )
@@ -106,6 +107,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             settings.get("precision", "float32"),
             task="squad" if settings["task"] == "squad" else "sst",
         )
+    elif settings["kind"] == "finetune-run":
+        from bench.project_step import run_whole_finetuning
+
+        run = run_whole_finetuning(args.batch, args.seq, settings["examples"], settings["dev"])
+        return {"config": args.worker, **run, "peak_rss_mib": _peak_rss_mib()}
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")
     build_seconds = time.perf_counter() - start
@@ -386,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     header = machine.header(peak, load_start, load_end)
     print(header)
     print(train_table.markdown(rows))
+    for line in train_table.whole_run_lines(rows):
+        print(line)
     for note in notes:
         print(f"\n{note}")
     if not args.no_extras:
@@ -426,24 +434,6 @@ def draw(path: str, rows: list[dict[str, Any]], header: str) -> None:
         title = f"sequence length {row['seq']}, batch {row['batch']}"
         panels.setdefault(title, []).append((row["config"], row["tokens_per_s"], group))
     plots.speed_bars(path, panels, "tokens/s (median over rounds)", header)
-
-
-def print_round(round_index: int, seq: int, name: str, result: dict[str, Any]) -> None:
-    # The project's resolved step layout and thread pools (0 = TensorFlow's default).
-    layout = ""
-    if "parallel_micro_batches" in result:
-        intra, inter = result["threads"]
-        layout = (
-            f", parallel_micro_batches {result['parallel_micro_batches']}, "
-            f"threads ({intra}, {inter})"
-        )
-    elif "torch" in result:
-        layout = f", torch {result['torch']}, {result['threads'][0]} threads"
-    print(
-        f"round {round_index + 1} seq {seq} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
-        f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB{layout})",
-        flush=True,
-    )
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ command builds it:
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +76,21 @@ def apply_config_threads(config) -> None:
         threading.set_inter_op_parallelism_threads(config.inter_op_threads)
 
 
+def resolved_layout(config, jit_compile: bool) -> dict[str, Any]:
+    """What a row prints of a step's resolved settings: precision, XLA, the micro-batches side
+    by side and the thread pools in force (0 = TensorFlow's default)."""
+    threading = tf.config.threading
+    return {
+        "precision": config.precision,
+        "jit_compile": jit_compile,
+        "parallel_micro_batches": config.parallel_micro_batches,
+        "threads": [
+            threading.get_intra_op_parallelism_threads(),
+            threading.get_inter_op_parallelism_threads(),
+        ],
+    }
+
+
 def build_project_step(
     batch: int, seq: int, precision: str, jit: str, extra: dict[str, Any] | None = None
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
@@ -90,7 +107,6 @@ def build_project_step(
         "bench", data_dir, preset="small", hparams=hparams, machine=probe_machine()
     )
     apply_config_threads(config)
-    threading = tf.config.threading
     write_bench_vocab(data_dir, config.vocab_size)
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = tf.distribute.get_strategy()
@@ -105,16 +121,7 @@ def build_project_step(
         train_steps(iterator, one).numpy()
 
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    resolved = {
-        "precision": config.precision,
-        "jit_compile": bool(config.jit_compile),
-        "parallel_micro_batches": config.parallel_micro_batches,
-        "threads": [
-            threading.get_intra_op_parallelism_threads(),
-            threading.get_inter_op_parallelism_threads(),
-        ],
-    }
-    return run_step, params, resolved
+    return run_step, params, resolved_layout(config, bool(config.jit_compile))
 
 
 # ---------------------------------------------------------------------------------- fine-tuning
@@ -182,6 +189,7 @@ def build_finetune_step(
     fine-tuning config's (float32, mixed_bfloat16, mixed_float16); `task`: "sst" (a GLUE
     classifier) or "squad" (SQuAD 1.1's span head)."""
     # Imported here: the pre-training rows (and a --baseline's package) need none of it.
+    from electra_tf.device_defaults import probe_machine
     from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
     from electra_tf.runs.finetuning import ModelRunner
@@ -196,7 +204,10 @@ def build_finetune_step(
         "precision": precision,
         **(hparams or {}),
     }
-    config = finetuning_config("bench", data_dir, values, tasks=task)
+    # Resolved as `python -m electra_tf.finetune` resolves it on this machine (precision, the
+    # micro-batches side by side and the thread pools that "auto" picks), the pools set first.
+    config = finetuning_config("bench", data_dir, values, tasks=task).resolve(probe_machine())
+    apply_config_threads(config)
     vocab_size = config.model_config().vocab_size
     write_bench_vocab(data_dir, vocab_size)
     tasks = get_tasks(config, make_tokenizer(config))
@@ -218,8 +229,42 @@ def build_finetune_step(
         float(train_function(iterator)["loss"])
 
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    resolved = {"precision": config.precision, "jit_compile": False}
-    return run_step, params, resolved
+    return run_step, params, resolved_layout(config, False)
+
+
+def run_whole_finetuning(
+    batch: int, seq: int, examples: int, dev: int, epochs: int = 3
+) -> dict[str, Any]:
+    """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
+    every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
+    `examples` full-length train sentences and `dev` dev sentences, ELECTRA-Small randomly
+    initialised, float32; a bench record of its training tokens/s over the whole run (its
+    "step_s": the run's seconds per training step)."""
+    from electra_tf.cli import finetune
+
+    data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    write_bench_vocab(data_dir, 30522)
+    task_dir = os.path.join(data_dir, "finetuning_data", "sst")
+    os.makedirs(task_dir)
+    rng = np.random.default_rng(0)
+    for split, count in (("train", examples), ("dev", dev)):
+        # seq - 2 one-token words: every sentence fills max_seq_length with [CLS] and [SEP].
+        words = rng.integers(1000, 30000, size=(count, seq - 2))
+        rows = [" ".join(f"w{w}" for w in row) + f"\t{i % 2}" for i, row in enumerate(words)]
+        with open(os.path.join(task_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
+               "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1}  # fmt: skip
+    argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", "sst"]
+    start = time.perf_counter()
+    if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
+        raise RuntimeError("the fine-tuning run failed (its output is above)")
+    wall = time.perf_counter() - start
+    steps = -(-examples // batch) * epochs  # the train split padded to whole batches
+    return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
+            "shape": [batch, seq], "build_s": 0.0, "precision": "float32",
+            "jit_compile": False}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- Model Garden

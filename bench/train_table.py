@@ -42,6 +42,10 @@ CONFIGS: dict[str, dict] = {
     "finetune-bf16": {"kind": "finetune", "task": "finetune", "precision": "mixed_bfloat16"},
     "hf-finetune": {"kind": "torch", "command": "finetune", "task": "finetune"},
     "hf-finetune-bf16": {"kind": "torch", "command": "finetune", "task": "finetune", "bf16": True},
+    # `python -m electra_tf.finetune` end to end (tokenizing, 3 epochs, checkpoint, evaluation,
+    # results) on an MRPC-sized synthetic task: the whole run's training tokens/s, to set
+    # beside the step's (`finetune`). Not in the default list: five minutes on 2 cores.
+    "finetune-run": {"kind": "finetune-run", "task": "finetune", "examples": 3668, "dev": 408},
     # SQuAD's fine-tuning step at its length ("seq": these rows run at 384 whatever --seq says).
     "squad": {"kind": "finetune", "task": "squad", "seq": 384},
     "squad-bf16": {"kind": "finetune", "task": "squad", "seq": 384, "precision": "mixed_bfloat16"},
@@ -162,6 +166,21 @@ def ratio_at(rows: Sequence[dict[str, Any]], config: str, column: str, seq: int)
     return None
 
 
+def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """For a `finetune-run` row: its whole run's tokens/s as a share of the `finetune` step's at
+    the same length (the target is 90% or more)."""
+    lines = []
+    for row in rows:
+        step = [r for r in rows if r["config"] == "finetune" and r["seq"] == row["seq"]]
+        if row["config"] == "finetune-run" and not row["failed"] and step and not step[0]["failed"]:
+            share = row["tokens_per_s"] / step[0]["tokens_per_s"]
+            lines.append(
+                f"\nfinetune-run: the whole fine-tuning run at {share:.0%} of the finetune "
+                f"step's tokens/s ({row['tokens_per_s']:.0f} against {step[0]['tokens_per_s']:.0f})"
+            )
+    return lines
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -231,3 +250,21 @@ def flops_per_token(task: str, seq: int) -> float:
     if task in ("finetune", "squad"):
         return electra_small_finetune_flops_per_token(seq)
     return electra_small_train_flops_per_token(seq)
+
+
+def print_round(round_index: int, seq: int, name: str, result: dict[str, Any]) -> None:
+    # The project's resolved step layout and thread pools (0 = TensorFlow's default).
+    layout = ""
+    if "parallel_micro_batches" in result:
+        intra, inter = result["threads"]
+        layout = (
+            f", parallel_micro_batches {result['parallel_micro_batches']}, "
+            f"threads ({intra}, {inter})"
+        )
+    elif "torch" in result:
+        layout = f", torch {result['torch']}, {result['threads'][0]} threads"
+    print(
+        f"round {round_index + 1} seq {seq} {name:12s} {result['tokens_per_s']:8.0f} tokens/s "
+        f"(step {result['step_s']:.3f} s, peak RSS {result['peak_rss_mib']:.0f} MiB{layout})",
+        flush=True,
+    )

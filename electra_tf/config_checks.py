@@ -223,6 +223,21 @@ def check_micro_batches(config: Any, parts: Any) -> None:
         )
 
 
+def check_layout(config: Any) -> None:
+    """A fine-tuning config's `parallel_micro_batches` ("auto" or a positive divisor of
+    `train_batch_size`) and thread counts ("auto" or >= 0); ConfigError naming the key."""
+    parts = config.parallel_micro_batches
+    if parts != "auto" and (
+        not isinstance(parts, int) or isinstance(parts, bool) or parts < 1
+        or config.train_batch_size % parts
+    ):  # fmt: skip
+        raise ConfigError(
+            f'parallel_micro_batches: {parts!r} must be "auto" or a positive integer that '
+            f"divides train_batch_size {config.train_batch_size}"
+        )
+    thread_changes(config, device_defaults.PORTABLE, 1)  # the given counts are checked
+
+
 def thread_changes(config: Any, machine: device_defaults.Machine, parts: int) -> dict[str, int]:
     """The thread counts that were "auto", resolved together; the others checked."""
     threads = (config.intra_op_threads, config.inter_op_threads)

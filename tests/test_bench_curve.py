@@ -204,3 +204,17 @@ def test_processor_line_names_the_model_and_its_vector_units():
     assert line.startswith("processor: ") and "CPUs" in line
     assert "tf.matmul peak fp32 100, bf16 400 GFLOP/s" in line
     assert line.endswith("load average 1.2 at start, 3.5 at end")
+
+
+def test_the_whole_run_is_set_beside_its_step():
+    rows = [
+        {"config": "finetune", "seq": 128, "failed": False, "tokens_per_s": 5000.0},
+        {"config": "finetune-run", "seq": 128, "failed": False, "tokens_per_s": 4600.0},
+        {"config": "finetune-run", "seq": 256, "failed": False, "tokens_per_s": 100.0},
+    ]
+    lines = train_table.whole_run_lines(rows)
+    # 4600 / 5000; at 256 there is no step row to compare with.
+    assert lines == [
+        "\nfinetune-run: the whole fine-tuning run at 92% of the finetune step's tokens/s "
+        "(4600 against 5000)"
+    ]

@@ -195,3 +195,28 @@ def test_the_encoder_is_sized_without_a_pretraining_config(monkeypatch, hparams)
 
     monkeypatch.setattr(PretrainingConfig, "__init__", refuse)
     assert c.model_config() == expected
+
+
+def test_the_cpu_layout_resolves_as_pre_trainings():
+    """`parallel_micro_batches` and the thread pools: "auto" gives two micro-batches side by
+    side on one intra-op and two inter-op threads on a 2-core CPU (pre-training's rule), one
+    part and TensorFlow's pools elsewhere; a part count must divide the batch."""
+    from electra_tf.cli.finetune import layout_threads
+    from electra_tf.device_defaults import PORTABLE, Machine
+
+    config = finetuning_config("m", "d", {}, tasks="sst")
+    two_cores = config.resolve(Machine("cpu", None, 2, False))
+    assert (two_cores.parallel_micro_batches, two_cores.intra_op_threads) == (2, 1)
+    assert two_cores.inter_op_threads == 2 and two_cores.resolve() == two_cores  # idempotent
+    assert config.resolve(Machine("cpu", None, 8, False)).intra_op_threads == 0
+    assert config.resolve(Machine("gpu", (8, 0), 2, False)).parallel_micro_batches == 1
+    assert config.resolve(PORTABLE).parallel_micro_batches == 1
+    odd = finetuning_config("m", "d", {"train_batch_size": 7}, tasks="sst")
+    assert odd.resolve(Machine("cpu", None, 2, False)).parallel_micro_batches == 1
+    with pytest.raises(ConfigError, match="parallel_micro_batches: 3 must be"):
+        finetuning_config("m", "d", {"parallel_micro_batches": 3}, tasks="sst")
+    with pytest.raises(ConfigError, match="inter_op_threads: -1 must be"):
+        finetuning_config("m", "d", {"inter_op_threads": -1}, tasks="sst")
+    # The CLI sets the pools from --hparams before TensorFlow starts; bad ones are left to the run.
+    assert layout_threads('{"intra_op_threads": 3, "inter_op_threads": 4}') == (3, 4)
+    assert layout_threads('{"parallel_micro_batches": 3}') == (0, 0)

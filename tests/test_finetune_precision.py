@@ -102,10 +102,17 @@ def make_batch() -> dict[str, tf.Tensor]:
 
 
 def build(
-    work_dir: str, pretrained, precision: str, weights=None, initial_scale: float | None = None
+    work_dir: str,
+    pretrained,
+    precision: str,
+    weights=None,
+    initial_scale: float | None = None,
+    **hparams,
 ):
-    """The run's model and optimizer (`ModelRunner`), with `weights` when given."""
-    config = finetuning_config("t", work_dir, {**HPARAMS, "precision": precision}, tasks="sst")
+    """The run's model and optimizer (`ModelRunner`), with `weights` when given; `hparams`
+    over HPARAMS."""
+    values = {**HPARAMS, "precision": precision, **hparams}
+    config = finetuning_config("t", work_dir, values, tasks="sst")
     keras.utils.set_random_seed(0)
     tasks = get_tasks(config, make_tokenizer(config))
     runner = ModelRunner(config, tasks, work_dir, pretrained)
@@ -185,6 +192,31 @@ def test_bfloat16_step_agrees_with_float32(work_dir, pretrained, float32_step):
     check_against_float32(float32_step, loss, logits, gradients[0], UNIT["mixed_bfloat16"])
     # Not the same numbers: the products did run in bfloat16.
     assert np.abs(logits - float32_step["logits"]).max() > 1e-4
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_micro_batches_side_by_side_apply_the_whole_batch_gradient(
+    work_dir, pretrained, float32_step, precision
+):
+    """`parallel_micro_batches` 2: two halves' gradients, summed, are the one-pass step's (the
+    loss is a sum over examples). In float32 up to the order of the sums (a relative 1e-5:
+    float32's epsilon, 1.2e-7, times the few additions that change order); under float16 the
+    scaled halves' gradients are unscaled once, within the 16-bit bound."""
+    # float16 starts at 2^10, as the test below (tf_keras's 2^15 can overflow a first step).
+    scale = None if precision == "float32" else 2.0**10
+    weights = float32_step["weights"]
+    model, optimizer = build(
+        work_dir, pretrained, precision, weights, scale, parallel_micro_batches=2
+    )
+    assert model.parallel_micro_batches == 2
+    gradients = record_gradients(optimizer)
+    loss, logits, _ = one_step(model, make_batch(), rel=1e-3 if precision != "float32" else 1e-6)
+    if precision == "float32":
+        assert loss == pytest.approx(float32_step["loss"], rel=1e-6)
+        g32 = float32_step["grad"][0]
+        assert np.linalg.norm(gradients[0] - g32) / np.linalg.norm(g32) <= 1e-5
+    else:
+        check_against_float32(float32_step, loss, logits, gradients[0], UNIT[precision])
 
 
 def test_float16_scales_the_loss_and_its_gradients_agree(work_dir, pretrained, float32_step):

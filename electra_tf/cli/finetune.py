@@ -47,12 +47,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def layout_threads(hparams_text: str) -> tuple[int, int]:
+    """(intra-op, inter-op) threads of the run's CPU layout (`FinetuningConfig.resolve` on this
+    machine; 0 = TensorFlow's default), from `--hparams` alone; (0, 0) where they do not
+    parse, which the run then reports."""
+    from electra_tf.config import ConfigError, parse_hparams
+    from electra_tf.device_defaults import probe_machine
+    from electra_tf.finetuning.config import FinetuningConfig
+
+    keys = ("train_batch_size", "parallel_micro_batches", "intra_op_threads", "inter_op_threads")
+    try:
+        hparams = parse_hparams(hparams_text)
+        config = FinetuningConfig(**{k: hparams[k] for k in keys if k in hparams}).validate()
+    except (ConfigError, TypeError):
+        return 0, 0
+    resolved = config.resolve(probe_machine())
+    return resolved.intra_op_threads, resolved.inter_op_threads
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the command: 0 done, 2 a bad config or init checkpoint, 1 the run failed."""
     args = parse_args(argv)
     from electra_tf.tf_startup import start_tensorflow
 
-    start_tensorflow()  # before anything imports TensorFlow: its CPU-only start-up noise is dropped
+    # Before anything imports TensorFlow (its CPU-only start-up noise is dropped), with the
+    # thread pools the config resolves to: they are fixed once TensorFlow starts.
+    start_tensorflow(*layout_threads(args.hparams))
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError

@@ -30,6 +30,7 @@ from electra_tf.config import (
     parse_hparams,
     replace_checked,
 )
+from electra_tf.config_checks import check_layout, thread_changes
 from electra_tf.finetuning.encoder_sizes import DEBUG_MODEL, size_of_encoder, sized_encoder
 
 # Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
@@ -143,6 +144,14 @@ class FinetuningConfig:
     # resolved by resolve(machine) (electra_tf/device_defaults.py: on a CPU mixed_bfloat16
     # where it has bfloat16 units, else float32). Variables, logits and losses stay float32.
     precision: str = "float32"
+    # The CPU layout, as pre-training's: the batch as this many micro-batches whose forward and
+    # backward passes are independent ops of one step (the summed gradient is the batch's, the
+    # loss being a sum over examples; dropout draws per part), and the thread pools. "auto"
+    # (device_defaults): 2 parts with one intra-op and two inter-op threads on a CPU-only
+    # machine of 2 cores, where they run side by side; else 1 and TensorFlow's defaults.
+    parallel_micro_batches: int | str = "auto"
+    intra_op_threads: int | str = "auto"
+    inter_op_threads: int | str = "auto"
 
     def __post_init__(self) -> None:
         """`task_names` as a tuple, from a list or a comma-separated string."""
@@ -195,6 +204,7 @@ class FinetuningConfig:
         if self.max_seq_length < 8:
             raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
         check_precision(self.precision)
+        check_layout(self)
         if self.classifier_pooling not in ("cls", "mean"):
             raise ConfigError(
                 f"classifier_pooling: {self.classifier_pooling!r} is not one of ['cls', 'mean']"
@@ -203,13 +213,21 @@ class FinetuningConfig:
 
     # ------------------------------------------------------------------ derived values
     def resolve(self, machine: device_defaults.Machine | None = None) -> FinetuningConfig:
-        """Itself with `precision` "auto" chosen for `machine` (`device_defaults.probe_machine()`,
-        which a run calls once), as `PretrainingConfig.resolve` chooses it; without a machine,
-        for `device_defaults.PORTABLE` (float32). Pure and idempotent."""
-        if self.precision != "auto":
-            return self
+        """Itself with every "auto" (`precision`, `parallel_micro_batches`, the thread counts)
+        chosen for `machine` (`device_defaults.probe_machine()`, which a run calls once), as
+        `PretrainingConfig.resolve` chooses them; without a machine, for
+        `device_defaults.PORTABLE` (float32, one part, TensorFlow's threads). Pure and
+        idempotent."""
         machine = device_defaults.PORTABLE if machine is None else machine
-        return dataclasses.replace(self, precision=device_defaults.auto_precision(machine))
+        changes: dict[str, Any] = {}
+        if self.precision == "auto":
+            changes["precision"] = device_defaults.auto_precision(machine)
+        parts = self.parallel_micro_batches
+        if parts == "auto":
+            parts = device_defaults.auto_parallel_micro_batches(machine, self.train_batch_size, 1)
+            changes["parallel_micro_batches"] = parts
+        changes.update(thread_changes(self, machine, parts))
+        return dataclasses.replace(self, **changes) if changes else self
 
     def model_config(self) -> ModelConfig:
         """The encoder config, as the original's `get_bert_config` (+ its debug sizes)."""

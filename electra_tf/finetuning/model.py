@@ -10,6 +10,11 @@ Under a mixed precision policy (`FinetuningConfig.precision`, passed as the mode
 encoder and heads compute in 16 bits with float32 variables, the losses are float32 (the heads
 cast their logits), and `train_step` scales the loss when the optimizer is a
 `LossScaleOptimizer` (mixed_float16), as the pre-training step does (`pretraining.gradients`).
+
+With `parallel_micro_batches` k > 1 a step computes the gradients of k slices of the batch as
+independent ops of one graph (an executor with k inter-op threads runs them side by side, as
+pre-training's `parallel_gradients`) and applies their sum: the batch's gradient, the loss
+being a sum over examples; each slice draws its own dropout.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from electra_tf.config import ModelConfig
 from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.task import FeatureSpec, Task
 from electra_tf.modeling import TransformerEncoder
+from electra_tf.modeling.utils import PLAIN_INFERENCE, InferenceOptions
 
 
 def dummy_features(specs: list[FeatureSpec], batch_size: int = 1) -> dict[str, tf.Tensor]:
@@ -35,6 +41,11 @@ def dummy_features(specs: list[FeatureSpec], batch_size: int = 1) -> dict[str, t
     return out
 
 
+def _add(total: tf.Tensor | None, grad: tf.Tensor | None) -> tf.Tensor | None:
+    """A gradient sum where None (a variable the loss does not reach) adds nothing."""
+    return grad if total is None else total if grad is None else total + grad
+
+
 class FinetuningModel(keras.Model):
     """Encoder + one head per task; `fit` on the dicts of `Preprocessor.dataset`.
 
@@ -42,11 +53,14 @@ class FinetuningModel(keras.Model):
         model_config: the encoder config (the pre-trained discriminator's).
         tasks: the tasks, in `task_names` order (their index is their `task_id`).
         feature_specs: every feature of a batch (to build the heads with a dummy batch).
+        parallel_micro_batches: the slices of a training batch whose gradients are
+            independent ops (1: one pass over the batch).
         dtype (keyword): the dtype policy of the encoder and every head, e.g. "mixed_bfloat16"
             (None: Keras' global policy, which the bfloat16 export sets).
 
-    Call: `model(features, training)` -> `(per_example_loss [B], outputs)`, `outputs[task]` the
-    task head's dict and `outputs["task_id"]` [B].
+    Call: `model(features, training, inference_options)` -> `(per_example_loss [B], outputs)`,
+    `outputs[task]` the task head's dict and `outputs["task_id"]` [B]; `inference_options`: the
+    encoder's form at inference (`InferenceOptions`, e.g. groups of queries side by side).
     """
 
     def __init__(
@@ -54,18 +68,22 @@ class FinetuningModel(keras.Model):
         model_config: ModelConfig,
         tasks: list[Task],
         feature_specs: list[FeatureSpec],
+        parallel_micro_batches: int = 1,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.model_config = model_config
+        self.parallel_micro_batches = parallel_micro_batches
         self.task_names = [t.name for t in tasks]
         self.encoder = TransformerEncoder(model_config, name="electra", dtype=self.dtype_policy)
         self.task_heads = [t.make_head(dtype=self.dtype_policy) for t in tasks]
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self(dummy_features(feature_specs), training=False)
 
-    def call(self, features, training=False):
-        encoder_outputs = self.encoder(features, training=training)
+    def call(self, features, training=False, inference_options: InferenceOptions = PLAIN_INFERENCE):
+        encoder_outputs = self.encoder(
+            features, training=training, inference_options=inference_options
+        )
         losses, outputs = [], {"task_id": features["task_id"]}
         for name, head in zip(self.task_names, self.task_heads, strict=True):
             task_losses, task_outputs = head(encoder_outputs, features, training=training)
@@ -82,17 +100,38 @@ class FinetuningModel(keras.Model):
         # float16 gradients would underflow unscaled: the scale multiplies the loss before the
         # backward pass and is divided out of the gradients after (dynamic, as tf_keras's).
         scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
-        with tf.GradientTape() as tape:
-            per_example, _ = self(data, training=True)
-            loss = tf.reduce_sum(per_example)
-            scaled = optimizer.get_scaled_loss(loss) if scaling else loss
-        grads = tape.gradient(scaled, self.trainable_variables)
+        parts = self.parallel_micro_batches
+        if parts > 1:
+            grads, loss = self._parallel_gradients(data, parts, scaling)
+        else:
+            with tf.GradientTape() as tape:
+                per_example, _ = self(data, training=True)
+                loss = tf.reduce_sum(per_example)
+                scaled = optimizer.get_scaled_loss(loss) if scaling else loss
+            grads = tape.gradient(scaled, self.trainable_variables)
         if scaling:
             grads = optimizer.get_unscaled_gradients(grads)
         optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
         self.loss_tracker.update_state(loss)
         tokens = tf.reduce_sum(tf.cast(data["input_mask"], tf.int64))
         return {"loss": self.loss_tracker.result(), "tokens": tokens}
+
+    def _parallel_gradients(self, data, parts: int, scaling: bool) -> tuple[list, tf.Tensor]:
+        """The summed (still scaled) gradients of `parts` slices of `data` and the batch loss."""
+        size = tf.shape(data["input_ids"])[0] // parts
+        sums, loss = None, 0.0
+        for index in range(parts):
+            part = {key: value[index * size : (index + 1) * size] for key, value in data.items()}
+            with tf.GradientTape() as tape:
+                per_example, _ = self(part, training=True)
+                part_loss = tf.reduce_sum(per_example)
+                scaled = self.optimizer.get_scaled_loss(part_loss) if scaling else part_loss
+            # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
+            grads = tape.gradient(scaled, self.trainable_variables)
+            grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+            sums = grads if sums is None else [_add(a, b) for a, b in zip(sums, grads, strict=True)]
+            loss = loss + part_loss
+        return sums, loss
 
     def test_step(self, data):
         per_example, _ = self(data, training=False)

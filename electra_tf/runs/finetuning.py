@@ -35,6 +35,7 @@ from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task, log
+from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
 
 # The plan's names, also importable from here (where they were before the plan had a module).
@@ -75,8 +76,15 @@ class ModelRunner:
         model_config, source = plan.model_config, plan.weights()
         check_vocab_size(config, model_config, source, tasks)
         check_vocab_matches(config, source, tasks)
+        parts = (
+            config.parallel_micro_batches if isinstance(config.parallel_micro_batches, int) else 1
+        )
         self.model = FinetuningModel(
-            model_config, tasks, self.preprocessor.specs, dtype=config.precision
+            model_config,
+            tasks,
+            self.preprocessor.specs,
+            parallel_micro_batches=parts,
+            dtype=config.precision,
         )
         if source is not None:
             result = checkpoints.assign(
@@ -84,7 +92,12 @@ class ModelRunner:
             )
             log(f"Loaded {len(result.loaded)} variables from {result.path} ({result.fmt})")
         self.train_steps = 0
-        self._predict = tf.function(lambda f: self.model(f, training=False))
+        # Prediction as the serving export computes: the queries in as many groups side by side
+        # as the step has micro-batches (one per inter-op thread), fused inference LayerNorms.
+        options = InferenceOptions(fused_layer_norms=True, query_blocks=parts)
+        self._predict = tf.function(
+            lambda f: self.model(f, training=False, inference_options=options)
+        )
 
     def train(self) -> None:
         """Fits the model on the train split (one pass over all epochs' batches), then saves."""
@@ -213,8 +226,8 @@ def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, fl
 
 
 def resolve_precision(config: FinetuningConfig, machine: Machine | None = None) -> FinetuningConfig:
-    """`config` with a precision "auto" chosen for `machine` (None: `probe_machine()`, once),
-    and pre-training's start-of-run note where mixed_bfloat16 would run on a CPU without
+    """`config` with every "auto" (precision, the CPU layout) chosen for `machine` (None:
+    `probe_machine()`, once), and pre-training's start-of-run note where mixed_bfloat16 would run on a CPU without
     bfloat16 units (`device_defaults.warn_if_emulated_bf16`)."""
     machine = probe_machine() if machine is None else machine
     config = config.resolve(machine)
