@@ -15,6 +15,7 @@ command builds it:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -257,14 +258,70 @@ def run_whole_finetuning(
     hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
                "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1}  # fmt: skip
     argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", "sst"]
-    start = time.perf_counter()
-    if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
-        raise RuntimeError("the fine-tuning run failed (its output is above)")
-    wall = time.perf_counter() - start
+    with timed_predictions() as predict_seconds:
+        start = time.perf_counter()
+        if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
+            raise RuntimeError("the fine-tuning run failed (its output is above)")
+        wall = time.perf_counter() - start
     steps = -(-examples // batch) * epochs  # the train split padded to whole batches
+    # Evaluation's batches after the first (which traces), against the serving export of the
+    # same model at the same batch, both in this process's thread pools (the run's layout).
+    eval_ms = 1000 * float(np.median(predict_seconds[1:]))
+    export_ms = time_task_export(data_dir, batch, seq)
     return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
-            "shape": [batch, seq], "build_s": 0.0, "precision": "float32",
-            "jit_compile": False}  # fmt: skip
+            "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
+            "eval_ms": eval_ms, "export_ms": export_ms}  # fmt: skip
+
+
+@contextlib.contextmanager
+def timed_predictions():
+    """The seconds of every prediction call (`ModelRunner._predict`: one evaluation batch) of
+    the runs made inside."""
+    from electra_tf.runs.finetuning import ModelRunner
+
+    seconds: list[float] = []
+    init = ModelRunner.__init__
+
+    def timing_init(runner, *args, **kwargs):
+        init(runner, *args, **kwargs)
+        predict = runner._predict
+
+        def timed(features):
+            start = time.perf_counter()
+            outputs = predict(features)
+            seconds.append(time.perf_counter() - start)
+            return outputs
+
+        runner._predict = timed
+
+    ModelRunner.__init__ = timing_init
+    try:
+        yield seconds
+    finally:
+        ModelRunner.__init__ = init
+
+
+def time_task_export(data_dir: str, batch: int, seq: int, calls: int = 10) -> float:
+    """`python -m electra_tf.export --task sst` of the run's model, loaded back: the median ms
+    of its `encode_ids` on a full-length batch (after 3 warm-up calls)."""
+    from electra_tf.cli import export
+
+    out = os.path.join(data_dir, "serving")
+    argv = ["--data-dir", data_dir, "--model-name", "bench", "--task", "sst", "--output-dir", out]
+    if export.main(argv):
+        raise RuntimeError("the export of the fine-tuned model failed (its output is above)")
+    model = tf.saved_model.load(os.path.join(out, "bench_sst", "1"))
+    ids = np.random.default_rng(1).integers(1000, 30000, size=(batch, seq)).astype(np.int32)
+    feed = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
+            "segment_ids": tf.zeros_like(ids)}  # fmt: skip
+    encode = model.signatures["encode_ids"]
+    seconds = []
+    for index in range(3 + calls):
+        start = time.perf_counter()
+        encode(**feed)
+        if index >= 3:
+            seconds.append(time.perf_counter() - start)
+    return 1000 * float(np.median(seconds))
 
 
 # ---------------------------------------------------------------------------------- Model Garden

@@ -154,6 +154,10 @@ def summarise(
                     mfu=tokens * flops_per_token(task, seq) / (gflops * 1e9) if gflops else None,
                     peak_rss_mib=max(r["peak_rss_mib"] for r in runs),
                 )
+                # A whole run's evaluation and serving export (finetune-run), median of rounds.
+                for key in ("eval_ms", "export_ms"):
+                    if all(key in r for r in runs):
+                        row[key] = statistics.median(r[key] for r in runs)
             rows.append(row)
     return rows
 
@@ -177,6 +181,12 @@ def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"\nfinetune-run: the whole fine-tuning run at {share:.0%} of the finetune "
                 f"step's tokens/s ({row['tokens_per_s']:.0f} against {step[0]['tokens_per_s']:.0f})"
+            )
+        if row["config"] == "finetune-run" and row.get("eval_ms"):
+            lines.append(
+                f"finetune-run: evaluation {row['eval_ms']:.0f} ms per batch of {row['batch']}, "
+                f"the task's serving export {row['export_ms']:.0f} ms "
+                f"({row['export_ms'] / row['eval_ms']:.2f}x the export's speed)"
             )
     return lines
 

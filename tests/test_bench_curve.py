@@ -209,12 +209,22 @@ def test_processor_line_names_the_model_and_its_vector_units():
 def test_the_whole_run_is_set_beside_its_step():
     rows = [
         {"config": "finetune", "seq": 128, "failed": False, "tokens_per_s": 5000.0},
-        {"config": "finetune-run", "seq": 128, "failed": False, "tokens_per_s": 4600.0},
+        {
+            "config": "finetune-run",
+            "seq": 128,
+            "failed": False,
+            "tokens_per_s": 4600.0,
+            "batch": 32,
+            "eval_ms": 250.0,
+            "export_ms": 200.0,
+        },
         {"config": "finetune-run", "seq": 256, "failed": False, "tokens_per_s": 100.0},
     ]
     lines = train_table.whole_run_lines(rows)
     # 4600 / 5000; at 256 there is no step row to compare with.
     assert lines == [
         "\nfinetune-run: the whole fine-tuning run at 92% of the finetune step's tokens/s "
-        "(4600 against 5000)"
+        "(4600 against 5000)",
+        "finetune-run: evaluation 250 ms per batch of 32, the task's serving export 200 ms "
+        "(0.80x the export's speed)",
     ]
