@@ -266,7 +266,7 @@ def run_whole_finetuning(
     steps = -(-examples // batch) * epochs  # the train split padded to whole batches
     # Evaluation's batches after the first (which traces), against the serving export of the
     # same model at the same batch, both in this process's thread pools (the run's layout).
-    eval_ms = 1000 * float(np.median(predict_seconds[1:]))
+    eval_ms = 1000 * float(np.median(predict_seconds[1:] or predict_seconds))
     export_ms = time_task_export(data_dir, batch, seq)
     return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
             "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
