@@ -24,8 +24,10 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # The modules that may call `.resolve(` and how often: the definition's module (its one
 # constructor from read values), the runs, which know the machine (the fine-tuning run calls
-# FinetuningConfig.resolve), and nobody else. The CLI resolves through `pretraining_config`.
-RESOLVE_CALLERS = {"config": 2, "runs/pretraining": 1, "runs/finetuning": 2}
+# FinetuningConfig.resolve), the CLI, and nobody else. The pretrain CLI resolves through
+# `pretraining_config`; the finetune CLI resolves the CPU layout from --hparams to set the
+# thread pools before TensorFlow starts (`cli.finetune.layout_threads`).
+RESOLVE_CALLERS = {"config": 2, "runs/pretraining": 1, "runs/finetuning": 2, "cli/finetune": 1}
 
 SMALL = {
     "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
