@@ -242,6 +242,7 @@ def run_whole_finetuning(
     initialised, float32; a bench record of its training tokens/s over the whole run (its
     "step_s": the run's seconds per training step)."""
     from electra_tf.cli import finetune
+    from electra_tf.tf_startup import start_tensorflow
 
     data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
@@ -258,6 +259,9 @@ def run_whole_finetuning(
     hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
                "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1}  # fmt: skip
     argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", "sst"]
+    # The thread pools `python -m electra_tf.finetune` sets as a program (main, called with
+    # argv, leaves this process's alone).
+    start_tensorflow(*finetune.layout_threads(json.dumps(hparams)))
     with timed_predictions() as predict_seconds:
         start = time.perf_counter()
         if finetune.main([*argv, "--hparams", json.dumps(hparams)]):

@@ -70,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from electra_tf.tf_startup import start_tensorflow
 
-    # Before anything imports TensorFlow (its CPU-only start-up noise is dropped), with the
-    # thread pools the config resolves to: they are fixed once TensorFlow starts.
-    start_tensorflow(*layout_threads(args.hparams))
+    # Before anything imports TensorFlow (its CPU-only start-up noise is dropped). As the
+    # program (argv from the command line), with the thread pools the config resolves to: they
+    # are the process's, fixed once TensorFlow starts. A caller that hands `argv` in (a test, a
+    # notebook, the bench) keeps its process's pools; `layout_threads` says what to set.
+    start_tensorflow(*(layout_threads(args.hparams) if argv is None else (0, 0)))
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
