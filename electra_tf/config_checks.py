@@ -205,13 +205,18 @@ def replace_checked(config: Any, values: Mapping[str, Any], where: str = "config
     return dataclasses.replace(config, **dict(values))
 
 
+def divides_batch(k: Any, batch_size: int) -> bool:
+    """Whether `k` is a positive integer (not a bool) that divides `batch_size`."""
+    return isinstance(k, int) and not isinstance(k, bool) and k >= 1 and batch_size % k == 0
+
+
 def check_micro_batches(config: Any, parts: Any) -> None:
     """Accumulation steps and parallel micro-batches divide the batch; not both > 1."""
     for field, k in (
         ("gradient_accumulation_steps", config.gradient_accumulation_steps),
         ("parallel_micro_batches", parts),
     ):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1 or config.train_batch_size % k:
+        if not divides_batch(k, config.train_batch_size):
             raise ConfigError(
                 f"{field}: {k!r} must be a positive integer that divides "
                 f"train_batch_size {config.train_batch_size}"
@@ -227,10 +232,7 @@ def check_layout(config: Any) -> None:
     """A fine-tuning config's `parallel_micro_batches` ("auto" or a positive divisor of
     `train_batch_size`) and thread counts ("auto" or >= 0); ConfigError naming the key."""
     parts = config.parallel_micro_batches
-    if parts != "auto" and (
-        not isinstance(parts, int) or isinstance(parts, bool) or parts < 1
-        or config.train_batch_size % parts
-    ):  # fmt: skip
+    if parts != "auto" and not divides_batch(parts, config.train_batch_size):
         raise ConfigError(
             f'parallel_micro_batches: {parts!r} must be "auto" or a positive integer that '
             f"divides train_batch_size {config.train_batch_size}"

@@ -29,21 +29,26 @@ from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.task import FeatureSpec, Task
 from electra_tf.modeling import TransformerEncoder
 from electra_tf.modeling.utils import PLAIN_INFERENCE, InferenceOptions
+from electra_tf.pretraining.gradients import add_gradients
+
+
+def feature_dtype(spec: FeatureSpec) -> tf.DType:
+    """A batch's dtype for a feature (`Preprocessor.decode`: integers as int32)."""
+    return tf.int32 if spec.is_int else tf.float32
+
+
+def feature_signature(specs: list[FeatureSpec]) -> dict[str, tf.TensorSpec]:
+    """Every feature of a batch, for any batch size and length (as an export's signatures)."""
+    return {s.name: tf.TensorSpec([None] * (1 + len(s.shape)), feature_dtype(s)) for s in specs}
 
 
 def dummy_features(specs: list[FeatureSpec], batch_size: int = 1) -> dict[str, tf.Tensor]:
     """A zero batch with every feature, used to build the heads' variables."""
     out = {}
     for spec in specs:
-        dtype = tf.int32 if spec.is_int else tf.float32
-        out[spec.name] = tf.zeros((batch_size, *spec.shape), dtype)
+        out[spec.name] = tf.zeros((batch_size, *spec.shape), feature_dtype(spec))
     out["input_mask"] = tf.ones_like(out["input_mask"])
     return out
-
-
-def _add(total: tf.Tensor | None, grad: tf.Tensor | None) -> tf.Tensor | None:
-    """A gradient sum where None (a variable the loss does not reach) adds nothing."""
-    return grad if total is None else total if grad is None else total + grad
 
 
 class FinetuningModel(keras.Model):
@@ -126,10 +131,7 @@ class FinetuningModel(keras.Model):
                 per_example, _ = self(part, training=True)
                 part_loss = tf.reduce_sum(per_example)
                 scaled = self.optimizer.get_scaled_loss(part_loss) if scaling else part_loss
-            # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
-            grads = tape.gradient(scaled, self.trainable_variables)
-            grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
-            sums = grads if sums is None else [_add(a, b) for a, b in zip(sums, grads, strict=True)]
+            sums = add_gradients(sums, tape.gradient(scaled, self.trainable_variables))
             loss = loss + part_loss
         return sums, loss
 

@@ -144,16 +144,22 @@ def parallel_gradients(
         )
         # Each part's loss is its share of the batch loss: scale so the Mean is the total.
         model.update_metrics(outputs, part, parts=parts)
-        # Densified (an embedding's IndexedSlices), as the optimizer does before clipping.
-        gradients = [None if g is None else tf.convert_to_tensor(g) for g in gradients]
-        if sums is None:
-            sums = gradients
-        else:
-            sums = [
-                grad if total is None else total if grad is None else total + grad
-                for total, grad in zip(sums, gradients, strict=True)
-            ]
+        sums = add_gradients(sums, gradients)
     return sums
+
+
+def add_gradients(sums: list | None, gradients: list) -> list:
+    """`sums` plus one micro-batch's `gradients`, per variable (`sums` None: the first), each
+    densified (an embedding's IndexedSlices), as the optimizer does before clipping; None (a
+    variable the loss does not reach) adds nothing. Pre-training's and fine-tuning's parallel
+    micro-batches both sum with it."""
+    gradients = [None if g is None else tf.convert_to_tensor(g) for g in gradients]
+    if sums is None:
+        return gradients
+    return [
+        grad if total is None else total if grad is None else total + grad
+        for total, grad in zip(sums, gradients, strict=True)
+    ]
 
 
 def _slice_draws(draws: dict, rows: slice) -> dict:

@@ -31,7 +31,7 @@ from electra_tf.finetuning.config import (
     FinetuningConfig,
     save_finetuning_config,
 )
-from electra_tf.finetuning.model import FinetuningModel
+from electra_tf.finetuning.model import FinetuningModel, feature_signature
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.finetuning.task import Task, log
@@ -55,11 +55,6 @@ from electra_tf.runs.finetuning_plan import (  # noqa: F401 - re-exported
 )
 from electra_tf.runs.pretraining_model import current_learning_rate
 from electra_tf.runs.progress import FitProgress, ProgressReporter
-
-
-def _dtype(spec) -> tf.DType:
-    """A decoded feature's dtype (`Preprocessor.decode`: integers as int32)."""
-    return tf.int32 if spec.is_int else tf.float32
 
 
 class ModelRunner:
@@ -102,13 +97,9 @@ class ModelRunner:
         # Traced once for any batch and length, as the export's signatures are: the kernels
         # chosen for unknown shapes ran 8% faster here than for the static batch shape.
         options = InferenceOptions(fused_layer_norms=True, query_blocks=parts)
-        signature = {
-            spec.name: tf.TensorSpec([None] * (1 + len(spec.shape)), _dtype(spec))
-            for spec in self.preprocessor.specs
-        }
         self._predict = tf.function(
             lambda f: self.model(f, training=False, inference_options=options),
-            input_signature=[signature],
+            input_signature=[feature_signature(self.preprocessor.specs)],
         )
 
     def train(self) -> None:
