@@ -15,6 +15,7 @@ from electra_tf.modeling.utils import (
     InferenceOptions,
     build_sublayer,
     dense_map,
+    dense_rows,
     require_built,
 )
 
@@ -113,7 +114,7 @@ class TransformerEncoder(ConfiguredLayer):
             # TransformerLayer); [batch * seq_len, embedding_width] -> [batch, seq_len, hidden].
             rows = tf.reshape(hidden, [-1, self.config.embedding_width])
             shape = tf.concat([tf.shape(hidden)[:-1], [self.config.hidden_size]], 0)
-            hidden = tf.reshape(self.embeddings_project(rows), shape)
+            hidden = tf.reshape(dense_rows(self.embeddings_project, rows, training), shape)
         # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
         key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
         if self.attention_direction != "bidirectional":

@@ -16,6 +16,7 @@ from electra_tf.modeling.utils import (
     layer_norm,
     layer_norm_map,
     require_built,
+    true_value,
     truncated_normal,
 )
 
@@ -84,9 +85,14 @@ class GeneratorHead(keras.layers.Layer):
         # values.
         shape = tf.shape(hidden)
         rows = tf.reshape(hidden, [-1, shape[-1]])
-        logits = tf.nn.bias_add(
-            tf.matmul(rows, table, transpose_b=True), tf.cast(self.output_bias, hidden.dtype)
-        )
+        product = tf.matmul(rows, table, transpose_b=True)  # [rows, vocab]
+        if product.dtype == tf.bfloat16:
+            # Fused, the bfloat16 product would take oneDNN's inner product, which does not use
+            # AMX (`modeling.utils.dense_rows`). The logits leave in float32, where the losses
+            # and the sampler compute: the bias is added there, after the one cast they need.
+            logits = tf.nn.bias_add(tf.cast(product, tf.float32), true_value(self.output_bias))
+        else:
+            logits = tf.nn.bias_add(product, tf.cast(self.output_bias, hidden.dtype))
         # [batch, num_masked, vocab]
         return tf.reshape(logits, tf.concat([shape[:-1], [self.config.vocab_size]], axis=0))
 

@@ -14,13 +14,14 @@ from electra_tf.modeling.utils import (
     PLAIN_INFERENCE,
     ConfiguredLayer,
     InferenceOptions,
-    apply_activation,
     apply_layer_norm,
     build_sublayer,
     dense_map,
+    dense_rows,
     layer_norm,
     layer_norm_map,
     require_built,
+    scaled_softmax_train,
     truncated_normal,
 )
 
@@ -108,20 +109,23 @@ class TransformerLayer(ConfiguredLayer):
         x = tf.reshape(rows, [batch, seq_len, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def _probs(self, query, key, attention_bias):
+    def _probs(self, query, key, attention_bias, training=False):
         """Softmax of the scaled, masked scores of `query` against `key`, in their dtype."""
-        scores = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
+        products = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
+        scale = 1.0 / math.sqrt(self.head_size)
+        if training and products.dtype == tf.bfloat16:
+            return scaled_softmax_train(products, attention_bias, scale)
         # The scale and the bias in this form (a scalar Mul, then an AddV2 of a
         # [batch, 1, ., seq_k] tensor) are what oneDNN fuses into the product.
-        scores = scores * (1.0 / math.sqrt(self.head_size))
+        scores = products * scale
         scores = scores + tf.cast(attention_bias, scores.dtype)
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
         return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
 
-    def _attention_probs(self, rows, batch, seq_len, attention_bias):
-        query = self._split_heads(self.query(rows), batch, seq_len)
-        key = self._split_heads(self.key(rows), batch, seq_len)
-        return self._probs(query, key, attention_bias)
+    def _attention_probs(self, rows, batch, seq_len, attention_bias, training=False):
+        query = self._split_heads(dense_rows(self.query, rows, training), batch, seq_len)
+        key = self._split_heads(dense_rows(self.key, rows, training), batch, seq_len)
+        return self._probs(query, key, attention_bias, training)
 
     def _output_rows(self, probs, value, rows, training, fused_norms):
         """Attention output, both LayerNorms and the feed-forward network, on the query rows;
@@ -130,12 +134,14 @@ class TransformerLayer(ConfiguredLayer):
         context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
         # [batch * seq_q, hidden]
         context = tf.reshape(context, [-1, self.config.hidden_size])
-        attention = self.hidden_dropout(self.attention_output(context), training=training)
+        attention = self.hidden_dropout(
+            dense_rows(self.attention_output, context, training), training=training
+        )
         attention = apply_layer_norm(
             self.attention_layer_norm, attention + rows, training, fused=fused_norms
         )
-        ffn = apply_activation(self.config.hidden_act, self.intermediate(attention), training)
-        ffn = self.output_dense(ffn)
+        ffn = dense_rows(self.intermediate, attention, training, self.config.hidden_act)
+        ffn = dense_rows(self.output_dense, ffn, training)
         ffn = self.hidden_dropout(ffn, training=training)
         return apply_layer_norm(
             self.output_layer_norm, ffn + attention, training, fused=fused_norms
@@ -156,9 +162,10 @@ class TransformerLayer(ConfiguredLayer):
     ):
         batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
-        value = self._split_heads(self.value(rows), batch, seq_len)
+        value = self._split_heads(dense_rows(self.value, rows, training), batch, seq_len)
         probs = self.attention_dropout(
-            self._attention_probs(rows, batch, seq_len, attention_bias), training=training
+            self._attention_probs(rows, batch, seq_len, attention_bias, training),
+            training=training,
         )
         fused_norms = inference_options.fused_layer_norms
         output = self._output_rows(probs, value, rows, training, fused_norms)

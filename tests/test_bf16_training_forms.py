@@ -1,0 +1,156 @@
+"""The bfloat16 training forms that keep oneDNN on AMX: a dense layer's product apart from its
+bias (`modeling.utils.dense_rows`), the GELU with the bias inside its cluster, the attention
+softmax with its gradient as one cluster (`scaled_softmax_train`), and the generator's
+vocabulary logits in float32.
+
+Each is checked against float64 automatic differentiation of the plain formula on the same
+bf16-rounded inputs (the tolerance rule of tests/test_mixed_precision.py: a few bf16 units of
+the largest reference value), and the product's separation is checked in the graph Grappler
+actually runs, beside the inference form, which keeps the fused kernel (so the check can fail).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from electra_tf.modeling.utils import dense_rows, scaled_softmax_train
+
+BF16_UNIT = 2.0**-8
+
+
+def _max_error(actual, reference) -> float:
+    actual = np.asarray(tf.cast(actual, tf.float64))
+    reference = np.asarray(reference)
+    return float(np.abs(actual - reference).max() / np.abs(reference).max())
+
+
+def _gelu64(x):
+    return x * 0.5 * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+def _dense(units: int, width: int, seed: int) -> keras.layers.Dense:
+    rng = np.random.default_rng(seed)
+    layer = keras.layers.Dense(units, dtype="mixed_bfloat16")
+    layer.build([None, width])
+    layer.kernel.assign(rng.normal(0.0, 0.3, (width, units)).astype(np.float32))
+    layer.bias.assign(rng.normal(0.0, 0.5, units).astype(np.float32))
+    return layer
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_dense_rows_under_mixed_bfloat16_matches_float64(activation):
+    layer = _dense(24, 16, seed=3)
+    rng = np.random.default_rng(4)
+    rows = tf.cast(rng.normal(0.0, 1.0, (32, 16)).astype(np.float32), tf.bfloat16)
+    upstream = rng.normal(size=(32, 24))
+    with tf.GradientTape() as tape:
+        tape.watch(rows)
+        y = dense_rows(layer, rows, training=True, activation=activation)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream.astype(np.float32))
+    drows, dkernel, dbias = tape.gradient(loss, [rows, layer.kernel, layer.bias])
+    # bf16 activations, float32 variables and their gradients, as the Keras layer gives.
+    assert (y.dtype, drows.dtype, dkernel.dtype, dbias.dtype) == (
+        tf.bfloat16, tf.bfloat16, tf.float32, tf.float32,
+    )  # fmt: skip
+    rows64 = tf.cast(rows, tf.float64)
+    kernel64, bias64 = (tf.cast(v, tf.float64) for v in (layer.kernel, layer.bias))
+    with tf.GradientTape() as tape:
+        tape.watch([rows64, kernel64, bias64])
+        y64 = rows64 @ kernel64 + bias64
+        if activation == "gelu":
+            y64 = _gelu64(y64)
+        loss64 = tf.reduce_sum(y64 * upstream)
+    references = [y64, *tape.gradient(loss64, [rows64, kernel64, bias64])]
+    for name, actual, reference in zip(
+        ("y", "drows", "dkernel", "dbias"), (y, drows, dkernel, dbias), references, strict=True
+    ):
+        assert _max_error(actual, reference) < 8 * BF16_UNIT, name
+
+
+def _fused_products(training: bool) -> collections.Counter:
+    """Op types containing 'MatMul' in the graph Grappler runs for a bf16 dense layer with
+    GELU, forward and gradients."""
+    from bench.serving_graph import function_graph_ops
+
+    layer = _dense(64, 32, seed=5)
+
+    @tf.function
+    def step(rows):
+        with tf.GradientTape() as tape:
+            y = dense_rows(layer, rows, training=training, activation="gelu")
+            loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        return tape.gradient(loss, [layer.kernel, layer.bias])
+
+    rows = tf.cast(tf.random.stateless_normal([128, 32], [1, 2]), tf.bfloat16)
+    concrete = step.get_concrete_function(tf.TensorSpec([128, 32], tf.bfloat16))
+    ops = function_graph_ops(concrete, {"rows": rows})
+    return collections.Counter({op: n for op, n in ops.items() if "MatMul" in op})
+
+
+def test_bfloat16_training_products_are_not_fused_with_their_bias():
+    trained = _fused_products(training=True)
+    assert trained and not [op for op in trained if "Fused" in op], trained
+    # The inference form of the same layer keeps the fused kernel: the check can see one.
+    assert [op for op in _fused_products(training=False) if "Fused" in op]
+
+
+def test_scaled_softmax_training_form_matches_float64():
+    rng = np.random.default_rng(6)
+    scale = 1.0 / math.sqrt(8.0)
+    products = tf.cast(rng.normal(0.0, 4.0, (2, 3, 5, 7)).astype(np.float32), tf.bfloat16)
+    key_mask = np.ones((2, 1, 1, 7), np.float32)
+    key_mask[1, ..., 5:] = 0.0  # padded keys
+    bias = tf.constant((1.0 - key_mask) * -10000.0)
+    upstream = rng.normal(size=(2, 3, 5, 7))
+    with tf.GradientTape() as tape:
+        tape.watch(products)
+        probs = scaled_softmax_train(products, bias, scale)
+        loss = tf.reduce_sum(tf.cast(probs, tf.float32) * upstream.astype(np.float32))
+    dproducts = tape.gradient(loss, products)
+    assert (probs.dtype, dproducts.dtype) == (tf.bfloat16, tf.bfloat16)
+    # The inference form's values exactly: the same ops forward.
+    scores = products * scale + tf.cast(bias, tf.bfloat16)
+    plain = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), tf.bfloat16)
+    np.testing.assert_array_equal(
+        np.asarray(tf.cast(probs, tf.float32)), tf.cast(plain, tf.float32)
+    )
+    products64 = tf.cast(products, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(products64)
+        probs64 = tf.nn.softmax(products64 * scale + tf.cast(bias, tf.float64), axis=-1)
+        loss64 = tf.reduce_sum(probs64 * upstream)
+    reference = tape.gradient(loss64, products64)
+    assert _max_error(probs, probs64) < 4 * BF16_UNIT
+    assert _max_error(dproducts, reference) < 4 * BF16_UNIT
+
+
+def test_generator_logits_leave_in_float32_under_mixed_bfloat16():
+    from electra_tf.config import ModelConfig
+    from electra_tf.modeling.embeddings import Embeddings
+    from electra_tf.modeling.heads import GeneratorHead
+
+    config = ModelConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, embedding_size=8,
+    )  # fmt: skip
+    embeddings = Embeddings(config, dtype="mixed_bfloat16")
+    embeddings.build(None)
+    head = GeneratorHead(config, embeddings, dtype="mixed_bfloat16")
+    head.output_bias.assign(np.linspace(-1.0, 1.0, 50).astype(np.float32))
+    hidden = tf.cast(tf.random.stateless_normal([2, 4, 16], [3, 4]), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        logits = head(hidden)
+        loss = tf.reduce_sum(logits * tf.range(50, dtype=tf.float32))
+    dbias = tape.gradient(loss, head.output_bias)
+    assert logits.dtype == tf.float32 and dbias.dtype == tf.float32
+    # The bias is added in float32: the logits minus the bias are the bf16 product's values.
+    product = np.asarray(logits) - head.output_bias.numpy()
+    rounded = np.asarray(tf.cast(tf.cast(product, tf.bfloat16), tf.float32))
+    np.testing.assert_allclose(product, rounded, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(dbias.numpy(), 8.0 * np.arange(50), rtol=1e-6)
