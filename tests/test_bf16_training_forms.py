@@ -1,7 +1,6 @@
 """The bfloat16 training forms that keep oneDNN on AMX: a dense layer's product apart from its
-bias (`modeling.utils.dense_rows`), the GELU with the bias inside its cluster, the attention
-softmax with its gradient as one cluster (`scaled_softmax_train`), and the generator's
-vocabulary logits in float32.
+bias (`modeling.utils.dense_rows`), the GELU with the bias inside its cluster, and the
+generator's vocabulary logits in float32.
 
 Each is checked against float64 automatic differentiation of the plain formula on the same
 bf16-rounded inputs (the tolerance rule of tests/test_mixed_precision.py: a few bf16 units of
@@ -19,7 +18,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.modeling.utils import dense_rows, scaled_softmax_train
+from electra_tf.modeling.utils import dense_rows
 
 BF16_UNIT = 2.0**-8
 
@@ -98,36 +97,6 @@ def test_bfloat16_training_products_are_not_fused_with_their_bias():
     assert trained and not [op for op in trained if "Fused" in op], trained
     # The inference form of the same layer keeps the fused kernel: the check can see one.
     assert [op for op in _fused_products(training=False) if "Fused" in op]
-
-
-def test_scaled_softmax_training_form_matches_float64():
-    rng = np.random.default_rng(6)
-    scale = 1.0 / math.sqrt(8.0)
-    products = tf.cast(rng.normal(0.0, 4.0, (2, 3, 5, 7)).astype(np.float32), tf.bfloat16)
-    key_mask = np.ones((2, 1, 1, 7), np.float32)
-    key_mask[1, ..., 5:] = 0.0  # padded keys
-    bias = tf.constant((1.0 - key_mask) * -10000.0)
-    upstream = rng.normal(size=(2, 3, 5, 7))
-    with tf.GradientTape() as tape:
-        tape.watch(products)
-        probs = scaled_softmax_train(products, bias, scale)
-        loss = tf.reduce_sum(tf.cast(probs, tf.float32) * upstream.astype(np.float32))
-    dproducts = tape.gradient(loss, products)
-    assert (probs.dtype, dproducts.dtype) == (tf.bfloat16, tf.bfloat16)
-    # The inference form's values exactly: the same ops forward.
-    scores = products * scale + tf.cast(bias, tf.bfloat16)
-    plain = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), tf.bfloat16)
-    np.testing.assert_array_equal(
-        np.asarray(tf.cast(probs, tf.float32)), tf.cast(plain, tf.float32)
-    )
-    products64 = tf.cast(products, tf.float64)
-    with tf.GradientTape() as tape:
-        tape.watch(products64)
-        probs64 = tf.nn.softmax(products64 * scale + tf.cast(bias, tf.float64), axis=-1)
-        loss64 = tf.reduce_sum(probs64 * upstream)
-    reference = tape.gradient(loss64, products64)
-    assert _max_error(probs, probs64) < 4 * BF16_UNIT
-    assert _max_error(dproducts, reference) < 4 * BF16_UNIT
 
 
 def test_generator_logits_leave_in_float32_under_mixed_bfloat16():

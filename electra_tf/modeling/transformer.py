@@ -21,7 +21,6 @@ from electra_tf.modeling.utils import (
     layer_norm,
     layer_norm_map,
     require_built,
-    scaled_softmax_train,
     truncated_normal,
 )
 
@@ -35,8 +34,9 @@ class TransformerLayer(ConfiguredLayer):
 
     The block works on [batch * seq_len, hidden] rows, as the original's `transformer_model`
     does: every dense layer is then one MatMul + BiasAdd (+ GELU), which Grappler fuses into one
-    kernel; a dense layer on 3-D input goes through tensordot, whose reshape between the MatMul
-    and the BiasAdd blocks that fusion. The scores are scaled after the product, as in the
+    kernel (except in a bfloat16 training step, where `dense_rows` keeps them apart); a dense
+    layer on 3-D input goes through tensordot, whose reshape between the MatMul and the BiasAdd
+    blocks that fusion. The scores are scaled after the product, as in the
     original, so that the scale and the mask become the product's fused post-ops
     (`_MklFusedBatchMatMulV2` under oneDNN).
 
@@ -81,7 +81,7 @@ class TransformerLayer(ConfiguredLayer):
         self.attention_output = dense(hidden, "attention_output")
         self.attention_layer_norm = layer_norm("attention_layer_norm", self.dtype_policy)
         # hidden_act ("gelu", the exact erf form, for every ELECTRA model) is applied in call:
-        # `apply_activation` gives training its own form of GELU.
+        # `dense_rows` gives training its own form of GELU (and, in bfloat16, of the bias).
         self.intermediate = dense(config.intermediate_size, "intermediate")
         self.output_dense = dense(hidden, "output_dense")
         self.output_layer_norm = layer_norm("output_layer_norm", self.dtype_policy)
@@ -109,15 +109,12 @@ class TransformerLayer(ConfiguredLayer):
         x = tf.reshape(rows, [batch, seq_len, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def _probs(self, query, key, attention_bias, training=False):
+    def _probs(self, query, key, attention_bias):
         """Softmax of the scaled, masked scores of `query` against `key`, in their dtype."""
-        products = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
-        scale = 1.0 / math.sqrt(self.head_size)
-        if training and products.dtype == tf.bfloat16:
-            return scaled_softmax_train(products, attention_bias, scale)
+        scores = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
         # The scale and the bias in this form (a scalar Mul, then an AddV2 of a
         # [batch, 1, ., seq_k] tensor) are what oneDNN fuses into the product.
-        scores = products * scale
+        scores = scores * (1.0 / math.sqrt(self.head_size))
         scores = scores + tf.cast(attention_bias, scores.dtype)
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
         return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
@@ -125,7 +122,7 @@ class TransformerLayer(ConfiguredLayer):
     def _attention_probs(self, rows, batch, seq_len, attention_bias, training=False):
         query = self._split_heads(dense_rows(self.query, rows, training), batch, seq_len)
         key = self._split_heads(dense_rows(self.key, rows, training), batch, seq_len)
-        return self._probs(query, key, attention_bias, training)
+        return self._probs(query, key, attention_bias)
 
     def _output_rows(self, probs, value, rows, training, fused_norms):
         """Attention output, both LayerNorms and the feed-forward network, on the query rows;

@@ -338,38 +338,6 @@ def _gelu_bias_backward(x, bias, dy):
     return tf.cast(dx, dy.dtype), tf.reduce_sum(dx, axis=0)
 
 
-def scaled_softmax_train(products: tf.Tensor, attention_bias: tf.Tensor, scale: float):
-    """softmax(products * scale + attention_bias) over the last axis for bfloat16 attention
-    products [batch, heads, seq_q, seq_k] in a training step: the inference form's values
-    (the scale and the bias fused into the product by oneDNN, the softmax in float32, the
-    probabilities rounded to bfloat16), with the gradient as one cluster in float32. Automatic
-    differentiation gives a bfloat16-to-float32 cast, three float32 passes (product, sum,
-    difference) and a cast and a bfloat16 product by the scale after them, each a pass over
-    the [batch, heads, seq, seq] scores; the cluster reads the float32 probabilities and the
-    incoming bfloat16 gradient once and writes the scores' gradient once."""
-
-    @tf.custom_gradient
-    def forward(products):
-        scores = products * scale
-        scores = scores + tf.cast(attention_bias, scores.dtype)
-        probs = tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1)  # float32
-
-        def backward(dprobs):
-            with tf.name_scope("softmax_train_grad"):
-                return _scaled_softmax_backward(probs, dprobs, scale)
-
-        return tf.cast(probs, products.dtype), backward
-
-    return forward(products)
-
-
-@_fused
-def _scaled_softmax_backward(probs, dprobs, scale):
-    dprobs32 = tf.cast(dprobs, tf.float32)
-    inner = tf.reduce_sum(dprobs32 * probs, axis=-1, keepdims=True)
-    return tf.cast(probs * (dprobs32 - inner) * scale, dprobs.dtype)
-
-
 def apply_activation(name: str, x: tf.Tensor, training: bool = False) -> tf.Tensor:
     """The config's `hidden_act` on x. The exact GELU in training takes `_gelu_train` (the same
     values, a shorter gradient; in x's dtype, float32 or bfloat16, as the Keras form computes
