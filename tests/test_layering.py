@@ -48,7 +48,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runs", ("runs",)),
     (
         "commands and API",
-        ("cli", "pretrain", "finetune", "export", "convert", "api", "evaluation", ""),
+        (
+            "cli",
+            "pretrain",
+            "finetune",
+            "export",
+            "export_openvino",
+            "convert",
+            "api",
+            "evaluation",
+            "",
+        ),
     ),
 ]
 

@@ -1,0 +1,114 @@
+"""`python -m electra_tf.export_openvino`: the float32 export's `encode_ids` as an OpenVINO model,
+against the export's own answers in TensorFlow (an independent runtime, compiled from the same
+graph).
+
+The model is the shipped `pretrained/electra-tiny-gutenberg` (trained weights, 4 layers of 256),
+exported by the export command. Bounds: OpenVINO at f32 must agree with TensorFlow to float32's
+rounding (1e-4 on probabilities; a conversion error, a layer left out or a wrong weight, moves
+them by 1e-2 or more). At this CPU's default precision (bf16 where the CPU has AVX512_BF16 or
+AMX, f32 elsewhere) the probabilities differ by the bfloat16 rounding of every product's inputs:
+measured at most 0.0028 on an AMX Xeon; the bound is 0.01, above three times that for other
+CPUs' accumulation orders, and the verdict (replaced or not, the probability against 0.5) must
+agree wherever TensorFlow's probability is more than that bound away from 0.5.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+pytest.importorskip("openvino")
+
+from electra_tf.cli import export, export_openvino  # noqa: E402
+from electra_tf.serving import openvino_runtime  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAINED = os.path.join(REPO, "pretrained", "electra-tiny-gutenberg")
+LOW_PRECISION_BOUND = 0.01
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("openvino")
+    serving = root / "serving"
+    args = ["--data-dir", str(root), "--model-name", "tiny", "--pretrained", PRETRAINED,
+            "--kind", "discriminator", "--output-dir", str(serving), "--max-seq-length", "64"]  # fmt: skip
+    assert export.main(args) == 0
+    saved_model = serving / "tiny_discriminator" / "1"
+    output = root / "openvino" / "tiny_discriminator" / "1"
+    code = export_openvino.main(
+        ["--saved-model", str(saved_model), "--output-dir", str(output), "--check-length", "64"]
+    )
+    assert code == 0
+    return str(saved_model), str(output)
+
+
+def _features(saved_model: str, batch: int = 8, length: int = 64) -> dict:
+    features = export_openvino.check_ids(batch, length, export_openvino.vocab_size(saved_model))
+    features["input_mask"][1, 40:] = 0  # one padded row
+    features["input_ids"][1, 40:] = 0
+    return features
+
+
+def test_the_f32_model_answers_as_the_export_does(converted):
+    saved_model, output = converted
+    model_file = os.path.join(output, openvino_runtime.MODEL_FILE)
+    assert sorted(os.listdir(output)) == ["model.bin", "model.xml"]  # no partial files left
+    features = _features(saved_model)
+    expected = tf.saved_model.load(saved_model).signatures["encode_ids"](
+        **{k: tf.constant(v) for k, v in features.items()}
+    )
+    got = openvino_runtime.infer(openvino_runtime.compile_model(model_file, "f32"), features)
+    # Every numeric output of the signature, under its own name; the string tokens left out.
+    assert set(got) == {k for k, v in expected.items() if v.dtype != tf.string}
+    for key, value in got.items():
+        np.testing.assert_allclose(value, expected[key].numpy(), rtol=0, atol=1e-4, err_msg=key)
+    # The padded row's probabilities are those of its real tokens only (0 past them).
+    assert np.all(got["replaced_probability"][1, 40:] == 0)
+
+
+def test_the_default_precision_agrees_within_the_bf16_bound(converted):
+    saved_model, output = converted
+    model_file = os.path.join(output, openvino_runtime.MODEL_FILE)
+    features = _features(saved_model)
+    expected = (
+        tf.saved_model.load(saved_model)
+        .signatures["encode_ids"](**{k: tf.constant(v) for k, v in features.items()})[
+            "replaced_probability"
+        ]
+        .numpy()
+    )
+    compiled = openvino_runtime.compile_model(model_file)  # this CPU's default precision
+    got = openvino_runtime.infer(compiled, features)["replaced_probability"]
+    error = float(np.max(np.abs(got - expected)))
+    print(f"default precision {compiled.get_property('INFERENCE_PRECISION_HINT')}: {error:.4f}")
+    assert error < LOW_PRECISION_BOUND
+    decisive = np.abs(expected - 0.5) > LOW_PRECISION_BOUND
+    assert decisive.mean() > 0.5  # most tokens are decided: the verdict check has substance
+    np.testing.assert_array_equal((got > 0.5)[decisive], (expected > 0.5)[decisive])
+
+
+def test_refusals_write_nothing(converted, tmp_path, capsys):
+    saved_model, output = converted
+    model_file = os.path.join(output, openvino_runtime.MODEL_FILE)
+    before = os.path.getmtime(model_file), os.path.getsize(model_file)
+    # An existing model is not overwritten.
+    args = ["--saved-model", saved_model, "--output-dir", output]
+    assert export_openvino.main(args) == 2
+    assert "exists" in capsys.readouterr().err
+    assert (os.path.getmtime(model_file), os.path.getsize(model_file)) == before
+    # Not a SavedModel; no such signature.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (
+        export_openvino.main(["--saved-model", str(empty), "--output-dir", str(tmp_path / "a")])
+        == 2
+    )
+    assert "no saved_model.pb" in capsys.readouterr().err
+    args = ["--saved-model", saved_model, "--output-dir", str(tmp_path / "b"), "--signature", "x"]
+    assert export_openvino.main(args) == 2
+    assert "no 'x' signature" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
