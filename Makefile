@@ -85,12 +85,13 @@ bench-curve: $(STAMP)
 bench-data: $(STAMP)
 	$(PY) -m bench.bench_data
 
-# BASELINE=<another checkout>: its export timed in the same run. PRECISION=bfloat16: that
-# export too, where the export command has the option.
+# BASELINE=<another checkout>: its export timed in the same run. The bfloat16 export is timed
+# beside the float32 one (PRECISION=<another> for another serving precision), and the float32
+# export through OpenVINO (`python -m electra_tf.export_openvino`) where openvino is installed.
 bench-serve: $(STAMP)
 	mkdir -p data
 	$(PEER_ENV) $(PY) -m bench.bench_serve $(if $(BASELINE),--baseline $(BASELINE),) \
-		$(if $(PRECISION),--precision $(PRECISION),) --json data/bench_serve.json
+		--precision $(or $(PRECISION),bfloat16) --json data/bench_serve.json
 
 # Where a step's time goes: op-level shares (and attention's) of the train step and of serving.
 # Run it alone on the machine; the per-op JSON (several MB) goes to data/.

@@ -30,7 +30,12 @@ Rows, all from one run:
   model's logits must match this project's on the same ids (< 1e-3) before it is timed; the int8
   model's largest difference is printed;
 - `OpenVINO f32` and `OpenVINO bf16`: that ONNX model compiled by OpenVINO (its precision
-  hint; bf16 is its default on bf16 CPUs) where `--ort-python` has openvino; checked the same way.
+  hint; bf16 is its default on bf16 CPUs) where `--ort-python` has openvino; checked the same way;
+- `export via OpenVINO f32` and `export via OpenVINO bf16`: this checkout's float32 export
+  converted by `python -m electra_tf.export_openvino` (the runtime the project offers beside
+  TensorFlow's, `electra_tf/serving/openvino_runtime.py`), `encode_ids` timed in this process
+  with as many threads as TensorFlow runs ops at once, where this environment has openvino (the
+  optional requirements-interop.txt).
 
 The peers run bench/peer_torch.py (which imports nothing of this project).
 
@@ -64,8 +69,12 @@ from electra_tf import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIGNATURES = ("serving_default", "encode_ids")
+# The rows "export via OpenVINO": this checkout's float32 export converted by
+# `python -m electra_tf.export_openvino`, timed in this process (the runtime the project offers
+# beside TensorFlow's); the other OpenVINO rows compile the peers' ONNX model.
+EXPORT_VIA_OPENVINO = ("export via OpenVINO f32", "export via OpenVINO bf16")
 PEERS = ("HF PyTorch", "ONNX Runtime fp32", "ONNX Runtime int8", "OpenVINO f32", "OpenVINO bf16",
-         "baseline")  # fmt: skip
+         *EXPORT_VIA_OPENVINO, "baseline")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -239,7 +248,45 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
                 results[variant][signature][batch] = timed(
                     lambda c=call: c()["replaced_probability"].numpy(), args.warmup, args.calls
                 )
+        if index == 0 and not args.tf_json:  # the float32 export, for OpenVINO
+            rows, note = bench_export_via_openvino(path, vocab_file, args)
+            results.update(rows)
+            notes.append(note)
     return results, notes
+
+
+def bench_export_via_openvino(
+    export_dir: str, vocab_file: str, args: argparse.Namespace
+) -> tuple[dict, str]:
+    """The float32 export as `python -m electra_tf.export_openvino` converts it, `encode_ids`
+    timed at OpenVINO's f32 and bf16 (threads: the larger of TensorFlow's two pools, which is
+    how many ops TensorFlow runs at once; OpenVINO's default where TensorFlow has its own), on the same ids as the TensorFlow rows; ({} and why) without
+    OpenVINO."""
+    try:
+        from electra_tf.serving import openvino_runtime
+
+        openvino_runtime.import_openvino()
+    except Exception as error:  # the optional extra
+        return {}, f"export via OpenVINO: skipped ({error})"
+    import tensorflow as tf
+
+    model_file = openvino_runtime.convert_export(export_dir, export_dir + "-openvino")
+    loaded = tf.saved_model.load(export_dir)
+    threads = 0 if 0 in args.threads else max(args.threads)
+    rows = {}
+    for name, precision in zip(EXPORT_VIA_OPENVINO, ("f32", "bf16"), strict=True):
+        compiled = openvino_runtime.compile_model(model_file, precision, threads)
+        rows[name] = {"encode_ids": {}}
+        for batch in args.batches:
+            texts = tf.constant(sample_texts(vocab_file, batch, args.seq))
+            features = loaded.signatures["tokenize"](text=texts)
+            ids = {k: features[k].numpy() for k in ("input_ids", "input_mask", "segment_ids")}
+            request = compiled.create_infer_request()
+            print(f"timing {name} encode_ids batch {batch}", file=sys.stderr, flush=True)
+            rows[name]["encode_ids"][batch] = timed(
+                lambda r=request, i=ids: r.infer(i), args.warmup, args.calls
+            )
+    return rows, f"export via OpenVINO: {threads or 'default'} threads"
 
 
 def write_peer_inputs(model, config, workdir: str, seq: int, np, tf) -> None:
@@ -367,6 +414,12 @@ def print_report(results: dict, notes: list[str], args: argparse.Namespace, run_
     print("\nRatios of p50 latencies (> 1: the first is faster):")
     for variant, peer, batch, ratio in p50_ratios(results, args.batches):
         print(f"- {variant} `encode_ids` vs {peer}, batch {batch}: {ratio:.2f}x")
+    for variant in [v for v in results if v.startswith("electra-tf, ")]:
+        for batch in args.batches:
+            ours = percentile(results[variant]["encode_ids"][batch], 50)
+            base = percentile(results["electra-tf"]["encode_ids"][batch], 50)
+            print(f"- {variant} `encode_ids` vs the float32 export, batch {batch}: "
+                  f"{base / ours:.2f}x")  # fmt: skip
     for variant in [v for v in results if v.startswith("electra-tf")]:
         for batch in args.batches:
             ours = percentile(results[variant]["encode_ids"][batch], 50)

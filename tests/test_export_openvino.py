@@ -112,3 +112,31 @@ def test_refusals_write_nothing(converted, tmp_path, capsys):
     assert export_openvino.main(args) == 2
     assert "no 'x' signature" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_bench_serve_times_the_export_via_openvino(converted, tmp_path, monkeypatch):
+    """`make bench-serve`'s "export via OpenVINO" rows: the float32 export converted as the
+    command converts it, both precisions timed on the export's own tokenized ids; without
+    OpenVINO the rows are reported skipped, not failed."""
+    import argparse
+    import shutil
+
+    from bench import bench_serve
+
+    saved_model, _ = converted
+    export_dir = str(tmp_path / "export")
+    shutil.copytree(saved_model, export_dir)
+    vocab_file = os.path.join(export_dir, "assets", "vocab.txt")
+    args = argparse.Namespace(batches=[1, 2], seq=16, warmup=0, calls=2, threads=(1, 2))
+    rows, note = bench_serve.bench_export_via_openvino(export_dir, vocab_file, args)
+    assert set(rows) == set(bench_serve.EXPORT_VIA_OPENVINO) and "2 threads" in note
+    for row in rows.values():
+        assert {b: len(s) for b, s in row["encode_ids"].items()} == {1: 2, 2: 2}
+    assert all(name in bench_serve.PEERS for name in rows)  # ratios are taken against them
+
+    def missing():
+        raise openvino_runtime.ExportError(openvino_runtime.MISSING)
+
+    monkeypatch.setattr(openvino_runtime, "import_openvino", missing)
+    rows, note = bench_serve.bench_export_via_openvino(export_dir, vocab_file, args)
+    assert rows == {} and note.startswith("export via OpenVINO: skipped (OpenVINO is not")
