@@ -285,3 +285,32 @@ def test_serving_layer_norm_is_the_layer_norm():
     # Rows of a normal scale: float32 rounding. The hard rows: no worse than the Keras layer's.
     assert fused_error[1].max() < 1e-5 and keras_error[1].max() < 1e-5
     assert fused_error[0].max() <= 2 * keras_error[0].max() + 1e-6
+
+
+def test_bfloat16_export_runs_its_products_on_amx_kernels_and_fuses_its_layer_norms(tmp_path):
+    """The `--precision bfloat16` export: a dense layer without an activation is a plain MatMul
+    with its bias apart (fused, TensorFlow builds it on oneDNN's inner product, which does not
+    use AMX; `modeling.utils.dense_rows`), a dense layer with GELU keeps the fused kernel (its
+    GELU a post-op), and every LayerNorm is one `_MklLayerNorm` in bfloat16 (a float32 cast
+    before it broke the pattern, and oneDNN's FusedBatchNorm ran instead)."""
+    from electra_tf.serving.kinds import save_for_serving
+
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_file.write_text("\n".join(VOCAB) + "\n")
+    overrides = {"hidden_size": 32, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
+                 "intermediate_size": 64, "max_position_embeddings": 32}  # fmt: skip
+    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
+    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
+    model(dummy_inputs())
+    path = save_for_serving(model, str(tmp_path), str(vocab_file), 32, precision="bfloat16")
+    encode = tf.saved_model.load(path).signatures["encode_ids"]
+    ids = {k: tf.constant(v) for k, v in serving_graph.random_ids(3, 12, len(VOCAB)).items()}
+    ops = serving_graph.function_graph_ops(encode, ids)
+    if "_MklLayerNorm" not in ops and "FusedBatchNormV3" in ops:
+        pytest.skip("this TensorFlow build has no oneDNN")
+    counts = kernel_counts(DEFAULT_QUERY_BLOCKS)
+    assert ops.get("_MklNativeFusedMatMul[BiasAdd,GeluExact]") == counts["gelu_dense"], ops
+    # q, k, v, attention output and output per group and layer, and the embedding projection.
+    assert ops.get("_MklMatMul") == 5 * LAYERS * DEFAULT_QUERY_BLOCKS + 1, ops
+    assert ops.get("_MklLayerNorm") == counts["layer_norms"], ops
+    assert not {"FusedBatchNormV3", "_MklNativeFusedBatchNormV3", "Erf", "Erfc"} & set(ops), ops

@@ -187,15 +187,20 @@ class TransformerLayer(ConfiguredLayer):
         """
         pieces = list(zip(rows, lengths, strict=True))
         # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
-        key = tf.concat([self._split_heads(self.key(r), batch, n) for r, n in pieces], axis=2)
-        value = tf.concat([self._split_heads(self.value(r), batch, n) for r, n in pieces], axis=2)
+        key = tf.concat(
+            [self._split_heads(dense_rows(self.key, r), batch, n) for r, n in pieces], axis=2
+        )
+        value = tf.concat(
+            [self._split_heads(dense_rows(self.value, r), batch, n) for r, n in pieces], axis=2
+        )
         # The same values, shaped by the joined keys' length: Grappler's remapper fuses the mask
         # into the score product only where it can see that the two lengths are equal.
         attention_bias = tf.reshape(attention_bias, [batch, 1, 1, tf.shape(key)[2]])
         fused_norms = inference_options.fused_layer_norms
         outputs = []
         for r, n in pieces:
-            probs = self._probs(self._split_heads(self.query(r), batch, n), key, attention_bias)
+            query = self._split_heads(dense_rows(self.query, r), batch, n)
+            probs = self._probs(query, key, attention_bias)
             outputs.append(self._output_rows(probs, value, r, False, fused_norms))
         return outputs
 
