@@ -70,6 +70,22 @@ def test_the_f32_model_answers_as_the_export_does(converted):
     assert np.all(got["replaced_probability"][1, 40:] == 0)
 
 
+def test_the_layer_norms_reach_openvino_in_the_plain_form(converted):
+    """The export's fusable LayerNorm (a FusedBatchNormV3 over NCHW channels, for oneDNN) is
+    rewritten as the plain formula before conversion: OpenVINO made element-wise ops over the
+    channel layout of it, three quarters of a batch-32 call."""
+    saved_model, _ = converted
+    graph, outputs = openvino_runtime.numeric_graph(saved_model)
+    ops = [node.op for node in graph.node]
+    blocks = export_openvino.query_blocks(saved_model)  # the export's default, 2
+    # Two per layer (4 layers) and query block, and the embeddings'.
+    assert "FusedBatchNormV3" not in ops and ops.count("Rsqrt") == 2 * 4 * blocks + 1
+    assert [key for key, _ in outputs] == [
+        "input_mask", "max_replaced_probability", "mean_replaced_probability",
+        "replaced_probability",
+    ]  # fmt: skip
+
+
 def test_the_default_precision_agrees_within_the_bf16_bound(converted):
     saved_model, output = converted
     model_file = os.path.join(output, openvino_runtime.MODEL_FILE)

@@ -73,8 +73,91 @@ def numeric_graph(export_dir: str, signature: str = SIGNATURE) -> tuple[Any, lis
         if tensor.dtype != tf.string
     ]  # fmt: skip
     nodes = [tensor.name.split(":")[0] for _, tensor in numeric]
-    graph = tf.compat.v1.graph_util.extract_sub_graph(frozen.graph.as_graph_def(), nodes)
+    graph = _needed_by(_plain_layer_norms(frozen.graph.as_graph_def()), nodes)
     return graph, [(key, tensor.name) for key, tensor in numeric]
+
+
+def _plain_layer_norms(graph: Any) -> Any:
+    """`graph` (a GraphDef, modified in place and returned) with each LayerNorm in the export's
+    fusable form (`modeling.utils.apply_layer_norm`: Reshape to [1, rows, width, 1], a
+    FusedBatchNormV3 over NCHW channels with batch statistics, Reshape back) written as the
+    plain formula over the last axis, (x - mean) * rsqrt(variance + epsilon). The fusable form
+    is for oneDNN's remapper; OpenVINO translates it into element-wise ops over the channel
+    layout (on an AMX Xeon they took three quarters of a batch-32 call, 305 of 415 ms), where
+    it recognises the plain formula as one normalisation kernel. The values are the same
+    function; the gamma and beta after it are untouched."""
+    import tensorflow as tf
+
+    nodes = {node.name: node for node in graph.node}
+    users: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            users.setdefault(name.lstrip("^").split(":")[0], []).append(node)
+    added = []
+    for norm in [n for n in graph.node if n.op == "FusedBatchNormV3"]:
+        before = nodes.get(norm.input[0].split(":")[0])
+        after = users.get(norm.name, [])
+        if (
+            norm.attr["data_format"].s != b"NCHW"
+            or not norm.attr["is_training"].b
+            or before is None
+            or before.op != "Reshape"
+            or len(after) != 1
+            or after[0].op != "Reshape"
+        ):
+            continue
+        dtype, x, prefix = norm.attr["T"], before.input[0], norm.name + "/plain"
+
+        def node(name, op, inputs, prefix=prefix, **attrs):
+            made = tf.compat.v1.NodeDef(name=f"{prefix}/{name}", op=op, input=inputs)
+            for key, value in attrs.items():
+                made.attr[key].CopyFrom(value)
+            added.append(made)
+            return made.name
+
+        def const(name, value, value_dtype):
+            tensor = tf.compat.v1.AttrValue(tensor=tf.make_tensor_proto(value, value_dtype))
+            kind = tf.compat.v1.AttrValue(type=value_dtype.as_datatype_enum)
+            return node(name, "Const", [], value=tensor, dtype=kind)
+
+        axis = const("axis", [-1], tf.int32)
+        keep = {"T": dtype, "Tidx": tf.compat.v1.AttrValue(type=tf.int32.as_datatype_enum),
+                "keep_dims": tf.compat.v1.AttrValue(b=True)}  # fmt: skip
+        mean = node("mean", "Mean", [x, axis], **keep)
+        centred = node("centred", "Sub", [x, mean], T=dtype)
+        square = node("square", "Square", [centred], T=dtype)
+        variance = node("variance", "Mean", [square, axis], **keep)
+        epsilon = const("epsilon", norm.attr["epsilon"].f, tf.as_dtype(dtype.type))
+        shifted = node("shifted", "AddV2", [variance, epsilon], T=dtype)
+        inverse = node("inverse", "Rsqrt", [shifted], T=dtype)
+        normalised = node("normalised", "Mul", [centred, inverse], T=dtype)
+        # The Reshape back becomes an Identity of the plain result; its users are unchanged.
+        back = after[0]
+        back.op = "Identity"
+        del back.input[:]
+        back.input.append(normalised)
+        del back.attr["Tshape"]
+    graph.node.extend(added)
+    return graph
+
+
+def _needed_by(graph: Any, outputs: list[str]) -> Any:
+    """A copy of the GraphDef `graph` with only the nodes that `outputs` (node names) depend on
+    (what `tf.compat.v1.graph_util.extract_sub_graph` does, without its deprecation warning)."""
+    nodes = {node.name: node for node in graph.node}
+    needed, pending = set(), list(outputs)
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        # Inputs are "name", "name:port" or "^name" (a control dependency).
+        pending += [i.lstrip("^").split(":")[0] for i in nodes[name].input]
+    pruned = type(graph)()
+    pruned.CopyFrom(graph)
+    del pruned.node[:]
+    pruned.node.extend(node for node in graph.node if node.name in needed)
+    return pruned
 
 
 def convert_export(export_dir: str, output_dir: str, signature: str = SIGNATURE) -> str:

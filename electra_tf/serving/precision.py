@@ -2,7 +2,8 @@
 
 A bfloat16 export computes the encoder's matrix products (and the heads') in bfloat16 with
 bfloat16 weights, and keeps float32 where mixed-precision training keeps it: LayerNorm
-(float32 gamma and beta, computed in float32), the attention softmax, and every output of the
+(float32 gamma and beta, statistics in float32: oneDNN's fused LayerNorm reads and writes
+bfloat16, `modeling.utils.apply_layer_norm`), the attention softmax, and every output of the
 signatures (`ServingModule` casts them). Inputs and outputs are exactly the float32 export's.
 
 The weights are stored in bfloat16, not cast in the graph: a variable is read at every call, so
