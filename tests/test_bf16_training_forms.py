@@ -3,9 +3,9 @@ bias (`modeling.utils.dense_rows`), the GELU with the bias inside its cluster, a
 generator's vocabulary logits in float32.
 
 Each is checked against float64 automatic differentiation of the plain formula on the same
-bf16-rounded inputs (the tolerance rule of tests/test_mixed_precision.py: a few bf16 units of
-the largest reference value), and the product's separation is checked in the graph Grappler
-actually runs, beside the inference form, which keeps the fused kernel (so the check can fail).
+bf16-rounded inputs (`helpers_precision.bf16_values_and_gradients` and its tolerance rule: a few
+bf16 units of the largest reference value), and the product's separation is checked in the
+graph Grappler actually runs, beside the inference form, which keeps the fused kernel (so the check can fail).
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from helpers_precision import BF16_UNIT, bf16_values_and_gradients, max_error
 
 from electra_tf.modeling.utils import dense_rows
-
-BF16_UNIT = 2.0**-8
-
-
-def _max_error(actual, reference) -> float:
-    actual = np.asarray(tf.cast(actual, tf.float64))
-    reference = np.asarray(reference)
-    return float(np.abs(actual - reference).max() / np.abs(reference).max())
 
 
 def _gelu64(x):
@@ -48,34 +41,27 @@ def test_dense_rows_under_mixed_bfloat16_matches_float64(activation):
     rng = np.random.default_rng(4)
     rows = tf.cast(rng.normal(0.0, 1.0, (32, 16)).astype(np.float32), tf.bfloat16)
     upstream = rng.normal(size=(32, 24))
-    with tf.GradientTape() as tape:
-        tape.watch(rows)
-        y = dense_rows(layer, rows, training=True, activation=activation)
-        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream.astype(np.float32))
-    drows, dkernel, dbias = tape.gradient(loss, [rows, layer.kernel, layer.bias])
-    # bf16 activations, float32 variables and their gradients, as the Keras layer gives.
-    assert (y.dtype, drows.dtype, dkernel.dtype, dbias.dtype) == (
-        tf.bfloat16, tf.bfloat16, tf.float32, tf.float32,
-    )  # fmt: skip
-    rows64 = tf.cast(rows, tf.float64)
-    kernel64, bias64 = (tf.cast(v, tf.float64) for v in (layer.kernel, layer.bias))
-    with tf.GradientTape() as tape:
-        tape.watch([rows64, kernel64, bias64])
+
+    def plain(values):
+        rows64, kernel64, bias64 = values
         y64 = rows64 @ kernel64 + bias64
-        if activation == "gelu":
-            y64 = _gelu64(y64)
-        loss64 = tf.reduce_sum(y64 * upstream)
-    references = [y64, *tape.gradient(loss64, [rows64, kernel64, bias64])]
-    for name, actual, reference in zip(
-        ("y", "drows", "dkernel", "dbias"), (y, drows, dkernel, dbias), references, strict=True
-    ):
-        assert _max_error(actual, reference) < 8 * BF16_UNIT, name
+        return _gelu64(y64) if activation == "gelu" else y64
+
+    checks = bf16_values_and_gradients(
+        lambda: dense_rows(layer, rows, training=True, activation=activation), plain, [rows],
+        [layer.kernel, layer.bias], upstream,
+    )  # fmt: skip
+    for name, (actual, reference) in zip(("y", "drows", "dkernel", "dbias"), checks, strict=True):
+        assert max_error(actual, reference) < 8 * BF16_UNIT, name
 
 
 def _fused_products(training: bool) -> collections.Counter:
     """Op types containing 'MatMul' in the graph Grappler runs for a bf16 dense layer with
-    GELU, forward and gradients."""
-    from bench.serving_graph import function_graph_ops
+    GELU, forward and gradients: the ops under the layer's own (unique) name, so that graphs
+    other tests instantiated in this process are not counted."""
+    from tensorflow.python.eager import context
+
+    from bench.serving_graph import op_key
 
     layer = _dense(64, 32, seed=5)
 
@@ -88,8 +74,18 @@ def _fused_products(training: bool) -> collections.Counter:
 
     rows = tf.cast(tf.random.stateless_normal([128, 32], [1, 2]), tf.bfloat16)
     concrete = step.get_concrete_function(tf.TensorSpec([128, 32], tf.bfloat16))
-    ops = function_graph_ops(concrete, {"rows": rows})
-    return collections.Counter({op: n for op, n in ops.items() if "MatMul" in op})
+    context.enable_run_metadata()
+    try:
+        concrete(rows)  # the first call instantiates the function: its graphs are recorded
+        metadata = context.export_run_metadata()
+    finally:
+        context.disable_run_metadata()
+    nodes = [
+        node for function in metadata.function_graphs for graph in function.partition_graphs
+        for node in graph.node if f"{layer.name}/" in node.name
+    ]  # fmt: skip
+    assert nodes, "no graph of the step was recorded"
+    return collections.Counter(op for op in map(op_key, nodes) if "MatMul" in op)
 
 
 def test_bfloat16_training_products_are_not_fused_with_their_bias():

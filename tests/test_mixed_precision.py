@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from helpers_precision import BF16_UNIT, bf16_values_and_gradients, max_error
 from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
 
 from electra_tf.config import pretraining_config
@@ -129,18 +130,8 @@ def test_fp16_uses_dynamic_loss_scaling(data_dir):
 
 
 # ------------------------------------------------------------------ the fused paths in bf16
-# bfloat16 keeps 8 significant bits: one rounding is off by at most BF16_UNIT of the value.
-# Each check below feeds the bf16 path bf16-rounded inputs and compares it with float64 on
-# those same inputs, so what remains is the path's own roundings: its output (and, for the
-# gradients, the upstream gradient's cast to bf16) rounded once each, plus the roundings of
-# whatever it computes in bf16 (GELU: about five). Tolerances are 4 (LayerNorm, softmax,
-# computed in float32) or 8 (GELU, computed in bf16) units of the largest reference value.
-BF16_UNIT = 2.0**-8
-
-
-def _max_error(actual, reference) -> float:
-    actual = np.asarray(tf.cast(actual, tf.float64))
-    return float(np.abs(actual - reference).max() / np.abs(reference).max())
+# The tolerance rule is helpers_precision's: 4 units (LayerNorm, softmax, computed in float32)
+# or 8 (GELU, computed in bf16) of the largest reference value.
 
 
 def test_layer_norm_training_form_under_mixed_bfloat16():
@@ -153,28 +144,18 @@ def test_layer_norm_training_form_under_mixed_bfloat16():
     norm.beta.assign(rng.normal(0.0, 0.3, 64).astype(np.float32))
     x = tf.cast(rng.normal(1.0, 3.0, (16, 64)).astype(np.float32), tf.bfloat16)
     upstream = rng.normal(size=(16, 64))
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        y = apply_layer_norm(norm, x, training=True)
-        loss = tf.reduce_sum(tf.cast(y, tf.float32) * upstream.astype(np.float32))
-    dx, dgamma, dbeta = tape.gradient(loss, [x, norm.gamma, norm.beta])
-    # bf16 in and out, float32 variables and their gradients.
-    assert (y.dtype, dx.dtype, dgamma.dtype, dbeta.dtype) == (
-        tf.bfloat16, tf.bfloat16, tf.float32, tf.float32,
-    )  # fmt: skip
-    # float64 reference by automatic differentiation of the plain formula.
-    x64 = tf.cast(x, tf.float64)
-    gamma64, beta64 = (tf.cast(v, tf.float64) for v in (norm.gamma, norm.beta))
-    with tf.GradientTape() as tape:
-        tape.watch([x64, gamma64, beta64])
+
+    def plain(values):
+        x64, gamma64, beta64 = values
         mean, variance = tf.nn.moments(x64, [-1], keepdims=True)
-        y64 = (x64 - mean) * tf.math.rsqrt(variance + 1e-12) * gamma64 + beta64
-        loss64 = tf.reduce_sum(y64 * upstream)
-    references = [y64, *tape.gradient(loss64, [x64, gamma64, beta64])]
-    for name, actual, reference in zip(
-        ("y", "dx", "dgamma", "dbeta"), (y, dx, dgamma, dbeta), references, strict=True
-    ):
-        assert _max_error(actual, reference.numpy()) < 4 * BF16_UNIT, name
+        return (x64 - mean) * tf.math.rsqrt(variance + 1e-12) * gamma64 + beta64
+
+    checks = bf16_values_and_gradients(
+        lambda: apply_layer_norm(norm, x, training=True), plain, [x], [norm.gamma, norm.beta],
+        upstream,
+    )  # fmt: skip
+    for name, (actual, reference) in zip(("y", "dx", "dgamma", "dbeta"), checks, strict=True):
+        assert max_error(actual, reference) < 4 * BF16_UNIT, name
 
 
 def test_gelu_training_form_in_bfloat16():
@@ -193,8 +174,8 @@ def test_gelu_training_form_in_bfloat16():
     x64 = np.asarray(tf.cast(x, tf.float64))
     cdf = 0.5 * (1.0 + erf(x64 / np.sqrt(2.0)))
     density = np.exp(-0.5 * x64**2) / np.sqrt(2.0 * np.pi)
-    assert _max_error(y, x64 * cdf) < 8 * BF16_UNIT
-    assert _max_error(dx, cdf + x64 * density) < 8 * BF16_UNIT
+    assert max_error(y, x64 * cdf) < 8 * BF16_UNIT
+    assert max_error(dx, cdf + x64 * density) < 8 * BF16_UNIT
 
 
 def test_dropout_in_bfloat16_keeps_the_float32_mask_and_the_original_rate():
@@ -249,7 +230,7 @@ def test_vocabulary_softmax_loss_with_bfloat16_logits():
     log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
     one_hot = np.eye(50)[targets.numpy()]
     np.testing.assert_allclose(losses.numpy(), -(log_probs * one_hot).sum(-1), rtol=1e-5, atol=1e-5)
-    assert _max_error(grad, np.exp(log_probs) - one_hot) < 4 * BF16_UNIT
+    assert max_error(grad, np.exp(log_probs) - one_hot) < 4 * BF16_UNIT
 
 
 def test_emulated_bfloat16_is_announced_with_a_measured_slowdown():
