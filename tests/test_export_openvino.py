@@ -10,11 +10,19 @@ AMX, f32 elsewhere) the probabilities differ by the bfloat16 rounding of every p
 measured at most 0.0028 on an AMX Xeon; the bound is 0.01, above three times that for other
 CPUs' accumulation orders, and the verdict (replaced or not, the probability against 0.5) must
 agree wherever TensorFlow's probability is more than that bound away from 0.5.
+
+Everything that compiles or runs an OpenVINO model does so in a fresh interpreter
+(`_in_a_fresh_process`): in a process that had compiled two OpenVINO models and run them, a later
+SIGTERM crashed the process (exit 139) instead of reaching Python's handler, and a pytest
+worker is such a process (the export's SIGTERM test runs in it).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -29,6 +37,36 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAINED = os.path.join(REPO, "pretrained", "electra-tiny-gutenberg")
 LOW_PRECISION_BOUND = 0.01
 
+# Runs in a fresh interpreter: argv = the model file, a precision ("" = the CPU's default), the
+# features (.npz), the output (.npz); writes every output and the precision OpenVINO used.
+INFER = r"""
+import sys
+import numpy as np
+from electra_tf.serving import openvino_runtime
+model_file, precision, features, out = sys.argv[1:]
+compiled = openvino_runtime.compile_model(model_file, precision or None)
+got = openvino_runtime.infer(compiled, dict(np.load(features)))
+hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+np.savez(out, precision=str(hint.get_type_name() if hasattr(hint, "get_type_name") else hint), **got)
+"""
+
+
+def _in_a_fresh_process(args: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, *args], env=env, cwd=REPO, capture_output=True, text=True, check=False
+    )
+
+
+def _openvino_outputs(model_file: str, precision: str, features: dict, tmp_path) -> dict:
+    np.savez(tmp_path / "features.npz", **features)
+    out = tmp_path / f"out_{precision or 'default'}.npz"
+    run = _in_a_fresh_process(
+        ["-c", INFER, model_file, precision, str(tmp_path / "features.npz"), str(out)]
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return dict(np.load(out))
+
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
@@ -39,10 +77,12 @@ def converted(tmp_path_factory):
     assert export.main(args) == 0
     saved_model = serving / "tiny_discriminator" / "1"
     output = root / "openvino" / "tiny_discriminator" / "1"
-    code = export_openvino.main(
-        ["--saved-model", str(saved_model), "--output-dir", str(output), "--check-length", "64"]
-    )
-    assert code == 0
+    run = _in_a_fresh_process(
+        ["-m", "electra_tf.export_openvino", "--saved-model", str(saved_model),
+         "--output-dir", str(output), "--check-length", "64"]
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "OpenVINO f32 against TensorFlow, largest difference" in run.stdout, run.stdout
     return str(saved_model), str(output)
 
 
@@ -53,7 +93,7 @@ def _features(saved_model: str, batch: int = 8, length: int = 64) -> dict:
     return features
 
 
-def test_the_f32_model_answers_as_the_export_does(converted):
+def test_the_f32_model_answers_as_the_export_does(converted, tmp_path):
     saved_model, output = converted
     model_file = os.path.join(output, openvino_runtime.MODEL_FILE)
     assert sorted(os.listdir(output)) == ["model.bin", "model.xml"]  # no partial files left
@@ -61,7 +101,8 @@ def test_the_f32_model_answers_as_the_export_does(converted):
     expected = tf.saved_model.load(saved_model).signatures["encode_ids"](
         **{k: tf.constant(v) for k, v in features.items()}
     )
-    got = openvino_runtime.infer(openvino_runtime.compile_model(model_file, "f32"), features)
+    got = _openvino_outputs(model_file, "f32", features, tmp_path)
+    assert str(got.pop("precision")) == "f32"
     # Every numeric output of the signature, under its own name; the string tokens left out.
     assert set(got) == {k for k, v in expected.items() if v.dtype != tf.string}
     for key, value in got.items():
@@ -86,7 +127,7 @@ def test_the_layer_norms_reach_openvino_in_the_plain_form(converted):
     ]  # fmt: skip
 
 
-def test_the_default_precision_agrees_within_the_bf16_bound(converted):
+def test_the_default_precision_agrees_within_the_bf16_bound(converted, tmp_path):
     saved_model, output = converted
     model_file = os.path.join(output, openvino_runtime.MODEL_FILE)
     features = _features(saved_model)
@@ -97,10 +138,10 @@ def test_the_default_precision_agrees_within_the_bf16_bound(converted):
         ]
         .numpy()
     )
-    compiled = openvino_runtime.compile_model(model_file)  # this CPU's default precision
-    got = openvino_runtime.infer(compiled, features)["replaced_probability"]
+    outputs = _openvino_outputs(model_file, "", features, tmp_path)  # the CPU's default
+    got = outputs["replaced_probability"]
     error = float(np.max(np.abs(got - expected)))
-    print(f"default precision {compiled.get_property('INFERENCE_PRECISION_HINT')}: {error:.4f}")
+    print(f"default precision {outputs['precision']}: {error:.4f}")
     assert error < LOW_PRECISION_BOUND
     decisive = np.abs(expected - 0.5) > LOW_PRECISION_BOUND
     assert decisive.mean() > 0.5  # most tokens are decided: the verdict check has substance
@@ -143,12 +184,23 @@ def test_bench_serve_times_the_export_via_openvino(converted, tmp_path, monkeypa
     export_dir = str(tmp_path / "export")
     shutil.copytree(saved_model, export_dir)
     vocab_file = os.path.join(export_dir, "assets", "vocab.txt")
-    args = argparse.Namespace(batches=[1, 2], seq=16, warmup=0, calls=2, threads=(1, 2))
-    rows, note = bench_serve.bench_export_via_openvino(export_dir, vocab_file, args)
+    script = (
+        "import argparse, json, sys\n"
+        "from bench import bench_serve\n"
+        "args = argparse.Namespace(batches=[1, 2], seq=16, warmup=0, calls=2, threads=(1, 2))\n"
+        "rows, note = bench_serve.bench_export_via_openvino(sys.argv[1], sys.argv[2], args)\n"
+        "print(json.dumps({'note': note, 'rows': {name: {str(b): len(s) for b, s in "
+        "row['encode_ids'].items()} for name, row in rows.items()}}))\n"
+    )
+    run = _in_a_fresh_process(["-c", script, export_dir, vocab_file])
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    rows, note = result["rows"], result["note"]
     assert set(rows) == set(bench_serve.EXPORT_VIA_OPENVINO) and "2 threads" in note
     for row in rows.values():
-        assert {b: len(s) for b, s in row["encode_ids"].items()} == {1: 2, 2: 2}
+        assert row == {"1": 2, "2": 2}
     assert all(name in bench_serve.PEERS for name in rows)  # ratios are taken against them
+    args = argparse.Namespace(batches=[1, 2], seq=16, warmup=0, calls=2, threads=(1, 2))
 
     def missing():
         raise openvino_runtime.ExportError(openvino_runtime.MISSING)

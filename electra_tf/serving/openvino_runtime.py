@@ -28,7 +28,10 @@ lazily and says how to install it when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 from electra_tf.serving.saved_model import ExportError
@@ -53,6 +56,7 @@ def numeric_graph(export_dir: str, signature: str = SIGNATURE) -> tuple[Any, lis
     """(the signature's frozen GraphDef cut to its numeric outputs, [(output key, its tensor's
     name in that graph)]) for `export_dir`, a SavedModel written by the export."""
     import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the export's tokenizer ops, needed to load it)
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
@@ -194,6 +198,24 @@ def _output_port(model: Any, tensor_name: str, key: str) -> Any:
     raise ExportError(f"OpenVINO conversion: no output for {key!r} ({tensor_name})")
 
 
+@contextlib.contextmanager
+def _signals_to_the_main_thread() -> Iterator[None]:
+    """SIGTERM and SIGINT blocked in this thread for the block, so that the threads OpenVINO
+    starts inside it inherit the mask and such a signal reaches a thread that handles it:
+    delivered to one of OpenVINO's worker threads, a SIGTERM after inference crashed the
+    process (exit 139) instead of running Python's handler (the export command's, which
+    releases its lock)."""
+    if not hasattr(signal, "pthread_sigmask"):  # not on every platform
+        yield
+        return
+    caught = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def compile_model(model_file: str, precision: str | None = None, threads: int = 0) -> Any:
     """`model_file` compiled for the CPU; `precision` "f32" or "bf16" (None: OpenVINO's default
     for this CPU); `threads` 0: OpenVINO's default."""
@@ -203,12 +225,14 @@ def compile_model(model_file: str, precision: str | None = None, threads: int = 
         config["INFERENCE_PRECISION_HINT"] = precision
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
-    return ov.Core().compile_model(model_file, "CPU", config)
+    with _signals_to_the_main_thread():
+        return ov.Core().compile_model(model_file, "CPU", config)
 
 
 def infer(compiled: Any, features: dict[str, Any]) -> dict[str, Any]:
     """One request: int32 arrays by input name -> numpy arrays by output name."""
-    request = compiled.create_infer_request()
     names = [port.get_any_name() for port in compiled.inputs]
-    result = request.infer({name: features[name] for name in names})
+    with _signals_to_the_main_thread():
+        request = compiled.create_infer_request()
+        result = request.infer({name: features[name] for name in names})
     return {port.get_any_name(): result[port] for port in compiled.outputs}
