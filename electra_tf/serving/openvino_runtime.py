@@ -24,14 +24,16 @@ REST API (`/v1/models/<name>:predict`).
 
 `openvino` is an optional dependency (requirements-interop.txt); everything here imports it
 lazily and says how to install it when it is missing.
+
+Known: in a process that has compiled and run two OpenVINO models (openvino 2026.4.1), a later
+SIGTERM crashed the process (exit 139) instead of reaching Python's handler; blocking the
+signal in the threads OpenVINO starts did not help. The command writes its model before it
+runs any, atomically, so a stop then loses nothing; the tests run OpenVINO in fresh processes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-from collections.abc import Iterator
 from typing import Any
 
 from electra_tf.serving.saved_model import ExportError
@@ -198,24 +200,6 @@ def _output_port(model: Any, tensor_name: str, key: str) -> Any:
     raise ExportError(f"OpenVINO conversion: no output for {key!r} ({tensor_name})")
 
 
-@contextlib.contextmanager
-def _signals_to_the_main_thread() -> Iterator[None]:
-    """SIGTERM and SIGINT blocked in this thread for the block, so that the threads OpenVINO
-    starts inside it inherit the mask and such a signal reaches a thread that handles it:
-    delivered to one of OpenVINO's worker threads, a SIGTERM after inference crashed the
-    process (exit 139) instead of running Python's handler (the export command's, which
-    releases its lock)."""
-    if not hasattr(signal, "pthread_sigmask"):  # not on every platform
-        yield
-        return
-    caught = {signal.SIGTERM, signal.SIGINT}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, caught)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def compile_model(model_file: str, precision: str | None = None, threads: int = 0) -> Any:
     """`model_file` compiled for the CPU; `precision` "f32" or "bf16" (None: OpenVINO's default
     for this CPU); `threads` 0: OpenVINO's default."""
@@ -225,14 +209,12 @@ def compile_model(model_file: str, precision: str | None = None, threads: int = 
         config["INFERENCE_PRECISION_HINT"] = precision
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
-    with _signals_to_the_main_thread():
-        return ov.Core().compile_model(model_file, "CPU", config)
+    return ov.Core().compile_model(model_file, "CPU", config)
 
 
 def infer(compiled: Any, features: dict[str, Any]) -> dict[str, Any]:
     """One request: int32 arrays by input name -> numpy arrays by output name."""
     names = [port.get_any_name() for port in compiled.inputs]
-    with _signals_to_the_main_thread():
-        request = compiled.create_infer_request()
-        result = request.infer({name: features[name] for name in names})
+    request = compiled.create_infer_request()
+    result = request.infer({name: features[name] for name in names})
     return {port.get_any_name(): result[port] for port in compiled.outputs}
