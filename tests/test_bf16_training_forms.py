@@ -28,7 +28,9 @@ def _gelu64(x):
 
 def _dense(units: int, width: int, seed: int) -> keras.layers.Dense:
     rng = np.random.default_rng(seed)
-    layer = keras.layers.Dense(units, dtype="mixed_bfloat16")
+    # A name no other test's graphs carry (the graph counts filter by it).
+    name = f"bf16_probe_{seed}_{np.random.default_rng().integers(1 << 30)}"
+    layer = keras.layers.Dense(units, dtype="mixed_bfloat16", name=name)
     layer.build([None, width])
     layer.kernel.assign(rng.normal(0.0, 0.3, (width, units)).astype(np.float32))
     layer.bias.assign(rng.normal(0.0, 0.5, units).astype(np.float32))

@@ -127,8 +127,8 @@ def _plain_layer_norms(graph: Any) -> Any:
             return node(name, "Const", [], value=tensor, dtype=kind)
 
         axis = const("axis", [-1], tf.int32)
-        keep = {"T": dtype, "Tidx": tf.compat.v1.AttrValue(type=tf.int32.as_datatype_enum),
-                "keep_dims": tf.compat.v1.AttrValue(b=True)}  # fmt: skip
+        index = tf.compat.v1.AttrValue(type=tf.int32.as_datatype_enum)
+        keep = {"T": dtype, "Tidx": index, "keep_dims": tf.compat.v1.AttrValue(b=True)}
         mean = node("mean", "Mean", [x, axis], **keep)
         centred = node("centred", "Sub", [x, mean], T=dtype)
         square = node("square", "Square", [centred], T=dtype)
@@ -137,11 +137,9 @@ def _plain_layer_norms(graph: Any) -> Any:
         shifted = node("shifted", "AddV2", [variance, epsilon], T=dtype)
         inverse = node("inverse", "Rsqrt", [shifted], T=dtype)
         normalised = node("normalised", "Mul", [centred, inverse], T=dtype)
-        # The Reshape back becomes an Identity of the plain result; its users are unchanged.
-        back = after[0]
+        back = after[0]  # the Reshape back: an Identity of the plain result for its users
         back.op = "Identity"
-        del back.input[:]
-        back.input.append(normalised)
+        back.input[:] = [normalised]
         del back.attr["Tshape"]
     graph.node.extend(added)
     return graph
