@@ -240,19 +240,28 @@ def _gelu_train(x: tf.Tensor):
     return output, backward
 
 
+def _gelu32(x32):
+    """x * Phi(x) of float32 x, the original's erf form (inside the clusters below)."""
+    return x32 * (0.5 * (1.0 + tf.math.erf(x32 * _SQRT_HALF)))
+
+
+def _gelu_slope32(x32):
+    """d/dx of `_gelu32`: Phi(x) + x * phi(x), for float32 x."""
+    t = x32 * _SQRT_HALF
+    cdf = 0.5 * (1.0 + tf.math.erf(t))
+    density = tf.exp(-tf.square(t)) * _INV_SQRT_2PI  # phi(x)
+    return cdf + x32 * density
+
+
 @_fused
 def _gelu_forward(x):
-    x32 = tf.cast(x, tf.float32)
-    return tf.cast(x32 * (0.5 * (1.0 + tf.math.erf(x32 * _SQRT_HALF))), x.dtype)
+    return tf.cast(_gelu32(tf.cast(x, tf.float32)), x.dtype)
 
 
 @_fused
 def _gelu_backward(x, dy):
-    x32 = tf.cast(x, tf.float32)
-    t = x32 * _SQRT_HALF
-    cdf = 0.5 * (1.0 + tf.math.erf(t))
-    density = tf.exp(-tf.square(t)) * _INV_SQRT_2PI  # phi(x)
-    return tf.cast(tf.cast(dy, tf.float32) * (cdf + x32 * density), dy.dtype)
+    slope = _gelu_slope32(tf.cast(x, tf.float32))
+    return tf.cast(tf.cast(dy, tf.float32) * slope, dy.dtype)
 
 
 # Training under bfloat16 keeps a dense layer's product and its bias apart. Grappler fuses
@@ -331,17 +340,12 @@ def _gelu_bias_train(x: tf.Tensor, bias: tf.Tensor):
 
 @_fused
 def _gelu_bias_forward(x, bias):
-    x32 = tf.cast(x, tf.float32) + bias
-    return tf.cast(x32 * (0.5 * (1.0 + tf.math.erf(x32 * _SQRT_HALF))), x.dtype)
+    return tf.cast(_gelu32(tf.cast(x, tf.float32) + bias), x.dtype)
 
 
 @_fused
 def _gelu_bias_backward(x, bias, dy):
-    x32 = tf.cast(x, tf.float32) + bias
-    t = x32 * _SQRT_HALF
-    cdf = 0.5 * (1.0 + tf.math.erf(t))
-    density = tf.exp(-tf.square(t)) * _INV_SQRT_2PI  # phi(x)
-    dx = tf.cast(dy, tf.float32) * (cdf + x32 * density)
+    dx = tf.cast(dy, tf.float32) * _gelu_slope32(tf.cast(x, tf.float32) + bias)
     return tf.cast(dx, dy.dtype), tf.reduce_sum(dx, axis=0)
 
 
