@@ -114,7 +114,9 @@ class TransformerEncoder(ConfiguredLayer):
             # TransformerLayer); [batch * seq_len, embedding_width] -> [batch, seq_len, hidden].
             rows = tf.reshape(hidden, [-1, self.config.embedding_width])
             shape = tf.concat([tf.shape(hidden)[:-1], [self.config.hidden_size]], 0)
-            hidden = tf.reshape(dense_rows(self.embeddings_project, rows, training), shape)
+            constant = inference_options.constant_kernels
+            projected = dense_rows(self.embeddings_project, rows, training, None, constant)
+            hidden = tf.reshape(projected, shape)
         # [batch, 1, 1, seq_len]: broadcast over heads and query positions.
         key_mask = tf.cast(inputs["input_mask"], hidden.dtype)[:, tf.newaxis, tf.newaxis, :]
         if self.attention_direction != "bidirectional":

@@ -119,30 +119,36 @@ class TransformerLayer(ConfiguredLayer):
         # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
         return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
 
-    def _attention_probs(self, rows, batch, seq_len, attention_bias, training=False):
-        query = self._split_heads(dense_rows(self.query, rows, training), batch, seq_len)
-        key = self._split_heads(dense_rows(self.key, rows, training), batch, seq_len)
+    def _dense(self, layer, rows, training, options, activation=None):
+        """`dense_rows` of one of this layer's dense sublayers, in `options`' kernel form."""
+        return dense_rows(layer, rows, training, activation, options.constant_kernels)
+
+    def _attention_probs(
+        self, rows, batch, seq_len, attention_bias, training=False, options=PLAIN_INFERENCE
+    ):
+        query = self._split_heads(self._dense(self.query, rows, training, options), batch, seq_len)
+        key = self._split_heads(self._dense(self.key, rows, training, options), batch, seq_len)
         return self._probs(query, key, attention_bias)
 
-    def _output_rows(self, probs, value, rows, training, fused_norms):
+    def _output_rows(self, probs, value, rows, training, options):
         """Attention output, both LayerNorms and the feed-forward network, on the query rows;
-        `fused_norms`: the LayerNorms' inference form (`apply_layer_norm`'s `fused`)."""
+        `options`: the inference forms (`InferenceOptions`: the LayerNorms', the kernels')."""
         context = tf.matmul(probs, value)  # [batch, heads, seq_q, head_size]
         context = tf.transpose(context, [0, 2, 1, 3])  # [batch, seq_q, heads, head_size]
         # [batch * seq_q, hidden]
         context = tf.reshape(context, [-1, self.config.hidden_size])
-        attention = self.hidden_dropout(
-            dense_rows(self.attention_output, context, training), training=training
+        attention = self._sublayer_end(
+            self.attention_output, context, rows, self.attention_layer_norm, training, options
         )
-        attention = apply_layer_norm(
-            self.attention_layer_norm, attention + rows, training, fused=fused_norms
+        ffn = self._dense(self.intermediate, attention, training, options, self.config.hidden_act)
+        return self._sublayer_end(
+            self.output_dense, ffn, attention, self.output_layer_norm, training, options
         )
-        ffn = dense_rows(self.intermediate, attention, training, self.config.hidden_act)
-        ffn = dense_rows(self.output_dense, ffn, training)
-        ffn = self.hidden_dropout(ffn, training=training)
-        return apply_layer_norm(
-            self.output_layer_norm, ffn + attention, training, fused=fused_norms
-        )
+
+    def _sublayer_end(self, dense, x, residual, norm, training, options):
+        """norm(residual + hidden_dropout(dense(x))) on [n, width] rows."""
+        output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
+        return apply_layer_norm(norm, output + residual, training, fused=options.fused_layer_norms)
 
     def attention_probs(self, hidden, attention_bias):
         """Attention weights [batch, heads, seq_q, seq_k] (before dropout), in hidden's dtype."""
@@ -159,13 +165,13 @@ class TransformerLayer(ConfiguredLayer):
     ):
         batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
-        value = self._split_heads(dense_rows(self.value, rows, training), batch, seq_len)
+        options = inference_options
+        value = self._split_heads(self._dense(self.value, rows, training, options), batch, seq_len)
         probs = self.attention_dropout(
-            self._attention_probs(rows, batch, seq_len, attention_bias, training),
+            self._attention_probs(rows, batch, seq_len, attention_bias, training, options),
             training=training,
         )
-        fused_norms = inference_options.fused_layer_norms
-        output = self._output_rows(probs, value, rows, training, fused_norms)
+        output = self._output_rows(probs, value, rows, training, options)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
     def call_blocks(
@@ -183,25 +189,24 @@ class TransformerLayer(ConfiguredLayer):
         queries attend to every key, so the groups' keys and values are joined (the only ops
         that wait for all groups); everything else runs per group. The same function as `call`
         on the joined sequence. `attention_bias` is [batch, 1, 1, seq_len] (keys only);
-        `inference_options` gives the LayerNorms' form.
+        `inference_options` gives the LayerNorms' and the kernels' forms.
         """
         pieces = list(zip(rows, lengths, strict=True))
+        options = inference_options
+
+        def heads(layer, r, n):  # one group's rows through `layer`, split into heads
+            return self._split_heads(self._dense(layer, r, False, options), batch, n)
+
         # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
-        key = tf.concat(
-            [self._split_heads(dense_rows(self.key, r), batch, n) for r, n in pieces], axis=2
-        )
-        value = tf.concat(
-            [self._split_heads(dense_rows(self.value, r), batch, n) for r, n in pieces], axis=2
-        )
+        key = tf.concat([heads(self.key, r, n) for r, n in pieces], axis=2)
+        value = tf.concat([heads(self.value, r, n) for r, n in pieces], axis=2)
         # The same values, shaped by the joined keys' length: Grappler's remapper fuses the mask
         # into the score product only where it can see that the two lengths are equal.
         attention_bias = tf.reshape(attention_bias, [batch, 1, 1, tf.shape(key)[2]])
-        fused_norms = inference_options.fused_layer_norms
         outputs = []
         for r, n in pieces:
-            query = self._split_heads(dense_rows(self.query, r), batch, n)
-            probs = self._probs(query, key, attention_bias)
-            outputs.append(self._output_rows(probs, value, r, False, fused_norms))
+            probs = self._probs(heads(self.query, r, n), key, attention_bias)
+            outputs.append(self._output_rows(probs, value, r, False, options))
         return outputs
 
     def variable_map(self, prefix: str) -> dict[str, tf.Variable]:

@@ -40,6 +40,7 @@ def serving_module(
     all_tasks: list[Any] | None = None,
     jit_compile: bool = False,
     query_blocks: int = DEFAULT_QUERY_BLOCKS,
+    constant_kernels: bool = False,
 ) -> ServingModule:
     """The `ServingModule` for `model`.
 
@@ -52,13 +53,20 @@ def serving_module(
         max_seq_length: inputs are truncated to this many tokens.
         jit_compile: compile the model's forward pass with XLA (`ServingModule`).
         query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
+        constant_kernels: the dense kernels as graph constants (`ServingModule`; the bfloat16
+            export's form).
     """
     from electra_tf.data.tokenization import load_vocab, vocab_tokens
 
     vocab = load_vocab(vocab_file)
     tokenizer = _tokenizer(vocab_file, do_lower_case, strip_accents)
     tokens = vocab_tokens(vocab)
-    module = functools.partial(ServingModule, jit_compile=jit_compile, query_blocks=query_blocks)
+    module = functools.partial(
+        ServingModule,
+        jit_compile=jit_compile,
+        query_blocks=query_blocks,
+        constant_kernels=constant_kernels,
+    )
     if kind in ("discriminator", "encoder"):
         featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
         return module(functools.partial(_inference, model), model, featurizer, tokens, kind)
@@ -243,6 +251,7 @@ def save_for_serving(
     module = serving_module(
         kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
         jit_compile=jit_compile, query_blocks=query_blocks,
+        constant_kernels=precision == "bfloat16",
     )  # fmt: skip
     info = {
         "max_seq_length": max_seq_length,

@@ -55,6 +55,7 @@ import tensorflow as tf
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, query_blocks_problem
 from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.serving.featurizer import TextFeaturizer
+from electra_tf.serving.saved_model import weight_dtypes
 
 KINDS = ("discriminator", "electric", "encoder", "classification", "regression", "qa", "tagging")
 
@@ -88,6 +89,22 @@ def checked_text(text_a: tf.Tensor, text_b: tf.Tensor | None) -> tuple[tf.Tensor
         return tf.identity(text_a), tf.identity(text_b)
 
 
+def _traced_once(predict: Callable[[dict[str, tf.Tensor]], RawOutputs]):
+    """`predict` as one graph function for ids of any [batch, length], traced at the first call
+    (by the feature names it gets), which every signature then calls: the SavedModel holds its
+    body, and the constant kernels in it, once."""
+    function = None
+
+    def call(features: dict[str, tf.Tensor]) -> RawOutputs:
+        nonlocal function
+        if function is None:
+            spec = {k: tf.TensorSpec([None, None], v.dtype) for k, v in features.items()}
+            function = tf.function(predict, input_signature=[spec], autograph=False)
+        return function(features)
+
+    return call
+
+
 class ServingModule(tf.Module):
     """Signatures for one exported model.
 
@@ -106,6 +123,10 @@ class ServingModule(tf.Module):
         jit_compile: compile `predict` (the model, not the tokenizer or the string outputs,
             which XLA cannot compile) with XLA. TF Serving runs such a model only with
             `--xla_cpu_compilation_enabled=true`, and XLA compiles once per input shape.
+        constant_kernels: the encoder's dense kernels are constants of the
+            signatures' graph (`InferenceOptions.constant_kernels`; the bfloat16 export, where
+            only then its fused products run on AMX), traced once for all signatures; the
+            SavedModel then holds as variables only what the graph still reads.
         query_blocks: the encoder runs every layer on this many consecutive groups of
             positions, as independent ops that share only the attention's keys and values
             (`TransformerEncoder`; the same numbers). A model server whose inter-op pool has
@@ -133,6 +154,7 @@ class ServingModule(tf.Module):
         max_answer_length: int = 30,
         jit_compile: bool = False,
         query_blocks: int = DEFAULT_QUERY_BLOCKS,
+        constant_kernels: bool = False,
         name: str = "electra_serving",
     ):
         super().__init__(name=name)
@@ -145,7 +167,9 @@ class ServingModule(tf.Module):
         if problem:
             raise ValueError(f"query_blocks: {problem}")
         self.inference_options = InferenceOptions(
-            fused_layer_norms=not jit_compile, query_blocks=1 if jit_compile else query_blocks
+            fused_layer_norms=not jit_compile,
+            query_blocks=1 if jit_compile else query_blocks,
+            constant_kernels=constant_kernels and not jit_compile,
         )
         options = self.inference_options
 
@@ -157,9 +181,13 @@ class ServingModule(tf.Module):
         self._predict = (
             tf.function(bound, jit_compile=True, autograph=False) if jit_compile else bound
         )
+        if options.constant_kernels:
+            self._predict = _traced_once(bound)
         # Only the variables are tracked, not the Keras model: the signatures capture them, and
         # this avoids Keras' own SavedModel serialisation (its traced call functions).
         self.model_variables = list(model.variables)
+        # What export.json reports: every weight of the model, constants included.
+        self.weight_counts = weight_dtypes(self.model_variables)
         self.featurizer = featurizer
         self.kind = kind
         self.pair = pair
@@ -205,6 +233,9 @@ class ServingModule(tf.Module):
         }
         if self.kind == "electric":
             signatures["score_text"] = signatures["serving_default"]
+        if self.inference_options.constant_kernels:  # save only the variables still read
+            read = {id(t) for fn in signatures.values() for t in fn.captured_inputs}
+            self.model_variables = [v for v in self.model_variables if id(v.handle) in read]
         return signatures
 
     def tokenize_text(self, text_a: tf.Tensor, text_b: tf.Tensor | None = None) -> RawOutputs:

@@ -10,7 +10,13 @@ The weights are stored in bfloat16, not cast in the graph: a variable is read at
 a float32 variable cast in the graph is converted again at every request (13.5M numbers for
 ELECTRA-Small, a pass over 54 MB before the first product), where a bfloat16 variable is read
 as is, half the bytes, and the SavedModel is half the size. The numbers are the same either
-way: the cast at export is the round-to-nearest-even one the graph would apply.
+way: the cast at export is the round-to-nearest-even one the graph would apply. The encoder's
+dense kernels go further: they are constants of the signatures' graph, not variables
+(`InferenceOptions.constant_kernels`), because oneDNN runs a bfloat16 product fused with its
+bias and GELU on AMX only for a constant kernel (prepacked once); read from a variable, the
+same fused product runs its generic inner product, 2.3x slower. The export is then a
+serving artifact: its graph has those weights baked in (`export.json` says
+`"constant_kernels": true`), and the float32 export is the one to build on.
 
 `bfloat16_twin` builds that model: the same Keras model under the "bfloat16" policy
 (`modeling.utils.layer_norm` keeps the LayerNorms on the mixed policy), its variables set

@@ -93,7 +93,7 @@ def pretrained_specs(
         casing = {"do_lower_case": config.do_lower_case, "strip_accents": config.do_strip_accents}
         module = serving_module(
             serving_kind, model, vocab_file, max_len, **casing, jit_compile=jit_compile,
-            query_blocks=query_blocks,
+            query_blocks=query_blocks, constant_kernels=precision == "bfloat16",
         )  # fmt: skip
         info = {
             "source": source.path,
@@ -183,7 +183,7 @@ def task_spec(
     check_length(max_len, model_config)
     module = serving_module(
         "task", model, vocab_file, max_len, config.do_lower_case, config.do_strip_accents, task,
-        tasks, jit_compile, query_blocks,
+        tasks, jit_compile, query_blocks, constant_kernels=precision == "bfloat16",
     )  # fmt: skip
     info = {
         "source": latest,
