@@ -121,3 +121,88 @@ def test_generator_logits_leave_in_float32_under_mixed_bfloat16():
     rounded = np.asarray(tf.cast(tf.cast(product, tf.bfloat16), tf.float32))
     np.testing.assert_allclose(product, rounded, rtol=0, atol=1e-6)
     np.testing.assert_allclose(dbias.numpy(), 8.0 * np.arange(50), rtol=1e-6)
+
+
+def _layer_norm64(x, gamma, beta):
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.square(x - mean), axis=-1, keepdims=True)
+    return (x - mean) * tf.math.rsqrt(variance + 1e-12) * gamma + beta
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+def test_residual_norm_cluster_matches_float64(rate):
+    from electra_tf.modeling.residual_norm import residual_norm_train
+
+    rng = np.random.default_rng(6)
+    n, width = 48, 32
+    product = tf.cast(rng.normal(0.0, 1.0, (n, width)).astype(np.float32), tf.bfloat16)
+    residual = tf.cast(rng.normal(0.0, 2.0, (n, width)).astype(np.float32), tf.bfloat16)
+    bias = tf.Variable(rng.normal(0.0, 0.5, width).astype(np.float32))
+    gamma = tf.Variable(rng.normal(1.0, 0.2, width).astype(np.float32))
+    beta = tf.Variable(rng.normal(0.0, 0.2, width).astype(np.float32))
+    keep = tf.constant(rng.random((n, width)) >= rate) if rate else None
+    scale = 1.0 / (1.0 - rate)
+    upstream = rng.normal(size=(n, width))
+
+    def plain(values):
+        product64, residual64, bias64, gamma64, beta64 = values
+        pre = (product64 + bias64) * scale
+        if keep is not None:
+            pre = tf.where(keep, pre, tf.zeros_like(pre))
+        return _layer_norm64(residual64 + pre, gamma64, beta64)
+
+    checks = bf16_values_and_gradients(
+        lambda: residual_norm_train(product, bias, keep, scale, residual, gamma, beta, 1e-12),
+        plain, [product, residual], [bias, gamma, beta], upstream,
+    )  # fmt: skip
+    names = ("y", "dproduct", "dresidual", "dbias", "dgamma", "dbeta")
+    for name, (actual, reference) in zip(names, checks, strict=True):
+        assert max_error(actual, reference) < 4 * BF16_UNIT, name
+    if keep is not None:  # dropped elements get no gradient
+        assert not np.asarray(tf.cast(checks[1][0], tf.float32))[~keep.numpy()].any()
+
+
+def test_bfloat16_training_layer_ends_each_sublayer_in_one_cluster():
+    """A bfloat16 training step of a TransformerLayer (dropout off) against the same layer in
+    float32: the residual clusters carry the two bias-free outputs (no BiasAdd left for them),
+    with the same outputs and gradients within bf16's error."""
+    from electra_tf.config import ModelConfig
+    from electra_tf.modeling.transformer import TransformerLayer
+
+    config = ModelConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    layers = {p: TransformerLayer(config, dtype=p) for p in ("float32", "mixed_bfloat16")}
+    for layer in layers.values():
+        layer(tf.zeros([1, 4, 32]), tf.zeros([1, 1, 1, 4]))
+    layers["mixed_bfloat16"].set_weights(layers["float32"].get_weights())
+    hidden = tf.random.stateless_normal([2, 8, 32], [7, 8])
+    bias = tf.zeros([2, 1, 1, 8])
+    results = {}
+    for precision, layer in layers.items():
+        x = tf.cast(hidden, layer.compute_dtype)
+        with tf.GradientTape() as tape:
+            out = tf.cast(layer(x, bias, training=True), tf.float32)
+            loss = tf.reduce_sum(out * tf.range(32, dtype=tf.float32) / 32.0)
+        names = [v.name.split("/", 1)[1] for v in layer.trainable_variables]
+        grads = dict(zip(names, tape.gradient(loss, layer.trainable_variables), strict=True))
+        results[precision] = out, grads
+    out32, grads32 = results["float32"]
+    out16, grads16 = results["mixed_bfloat16"]
+    assert max_error(out16, out32) < 8 * BF16_UNIT
+    for name in ("output_dense/bias:0", "attention_output/bias:0", "output_layer_norm/gamma:0"):
+        assert max_error(grads16[name], grads32[name]) < 16 * BF16_UNIT, name
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(
+                tf.cast(layers["mixed_bfloat16"](x, bias, training=True), tf.float32)
+            )
+        return tape.gradient(loss, layers["mixed_bfloat16"].trainable_variables)
+
+    graph = step.get_concrete_function(tf.TensorSpec([2, 8, 32], tf.bfloat16)).graph
+    ops = [op.name for op in graph.get_operations() if op.type in ("BiasAdd", "BiasAddGrad")]
+    assert not [name for name in ops if "output_dense" in name or "attention_output" in name], ops
+    assert any("residual_norm_train" in op.name for op in graph.get_operations())

@@ -120,23 +120,31 @@ class Dropout(keras.layers.Dropout):
     Inputs: any float tensor; outputs: the same shape and dtype.
     """
 
+    def own_mask(self, inputs: tf.Tensor) -> bool:
+        """Whether this layer draws `inputs`' mask with `keep_mask` (else Keras's path runs)."""
+        return (
+            inputs.dtype in (tf.float32, tf.bfloat16)
+            and self.noise_shape is None
+            and isinstance(self.rate, (int, float))
+            and self.rate != 0
+            and keep_thresholds(self.rate) is not None
+        )
+
+    def keep(self, inputs: tf.Tensor) -> tf.Tensor:
+        """bool like `inputs`: the training mask that `call` would draw for them (one seed of
+        the layer's generator), for a caller that applies it inside a fused kernel with the
+        scale 1 / (1 - rate) (`residual_norm`). Only where `own_mask(inputs)`."""
+        with tf.name_scope("dropout"):
+            return keep_mask(tf.shape(inputs), self.rate, self._stateless_seed())
+
     def call(self, inputs, training=None):
-        if (
-            inputs.dtype not in (tf.float32, tf.bfloat16)
-            or self.noise_shape is not None
-            or not isinstance(self.rate, (int, float))
-            or self.rate == 0
-            or keep_thresholds(self.rate) is None
-        ):
+        if not self.own_mask(inputs):
             return super().call(inputs, training=training)
         if training is None:
             training = keras.backend.learning_phase()
 
         def dropped():
-            with tf.name_scope("dropout"):
-                seed = self._stateless_seed()
-                keep = keep_mask(tf.shape(inputs), self.rate, seed)
-                return scale_kept(inputs, keep, self.rate)
+            return scale_kept(inputs, self.keep(inputs), self.rate)
 
         return tf.__internal__.smart_cond.smart_cond(training, dropped, lambda: tf.identity(inputs))
 

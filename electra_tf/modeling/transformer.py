@@ -10,6 +10,7 @@ import tf_keras as keras
 from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
+from electra_tf.modeling.residual_norm import residual_norm_train
 from electra_tf.modeling.utils import (
     PLAIN_INFERENCE,
     ConfiguredLayer,
@@ -21,6 +22,7 @@ from electra_tf.modeling.utils import (
     layer_norm,
     layer_norm_map,
     require_built,
+    true_value,
     truncated_normal,
 )
 
@@ -146,7 +148,20 @@ class TransformerLayer(ConfiguredLayer):
         )
 
     def _sublayer_end(self, dense, x, residual, norm, training, options):
-        """norm(residual + hidden_dropout(dense(x))) on [n, width] rows."""
+        """norm(residual + hidden_dropout(dense(x))) on [n, width] rows. A bfloat16 training
+        step computes it as one cluster each way from the plain product (`residual_norm`)."""
+        bfloat16_step = training is True and x.dtype == tf.bfloat16
+        if bfloat16_step and norm.variable_dtype == "float32":
+            linear = getattr(dense.activation, "__name__", None) == "linear"
+            if linear and (self.hidden_dropout.own_mask(x) or self.hidden_dropout.rate == 0):
+                with tf.name_scope(dense.name):
+                    product = tf.matmul(x, tf.cast(dense.kernel, tf.bfloat16))  # [n, units]
+                rate = self.hidden_dropout.rate
+                keep = self.hidden_dropout.keep(product) if rate else None
+                return residual_norm_train(
+                    product, true_value(dense.bias), keep, 1.0 / (1.0 - rate), residual,
+                    true_value(norm.gamma), true_value(norm.beta), norm.epsilon,
+                )  # fmt: skip
         output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
         return apply_layer_norm(norm, output + residual, training, fused=options.fused_layer_norms)
 

@@ -167,7 +167,7 @@ def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsil
     eight forward ops emits about twenty backward ops, each a pass over the activations. With
     xhat = (x - mean) * r, r = 1 / sqrt(var + eps) and g = dy * gamma:
     dx = r * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum(dy * xhat), dbeta = sum(dy).
-    Each direction is one XLA cluster (`_fused`), so the casts, reductions and element-wise
+    Each direction is one XLA cluster (`fused`), so the casts, reductions and element-wise
     steps are two or three passes over memory instead of ten; the backward recomputes the
     statistics from x rather than keeping a float32 copy of xhat. Checked against automatic
     differentiation of the Keras layer in tests/test_modeling.py.
@@ -195,28 +195,35 @@ def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsil
 # takes 4.5 ms of CPU time in bfloat16 and 4.2 ms in float32, against 14.5 and 9.3 ms as
 # separate TensorFlow ops (`python -m bench.fusion_micro`
 # has the forms side by side).
-_fused = tf.function(jit_compile=True)
+fused = tf.function(jit_compile=True)
 
 
-@_fused
+@fused
 def _layer_norm_forward(x, gamma, beta, epsilon):
-    x32 = tf.cast(x, tf.float32)
-    mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
-    centred = x32 - mean
-    variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
-    normalised = centred * tf.math.rsqrt(variance + epsilon)
+    normalised, _ = normalise32(tf.cast(x, tf.float32), epsilon)
     return tf.cast(normalised * gamma + beta, x.dtype)
 
 
-@_fused
+@fused
 def _layer_norm_backward(x, gamma, dy, epsilon):
-    x32 = tf.cast(x, tf.float32)
-    dy32 = tf.cast(dy, tf.float32)
+    normalised, inverse = normalise32(tf.cast(x, tf.float32), epsilon)
+    dx, dgamma, dbeta = layer_norm_grads32(normalised, inverse, gamma, tf.cast(dy, tf.float32))
+    return tf.cast(dx, x.dtype), dgamma, dbeta
+
+
+def normalise32(x32, epsilon):
+    """(x32 centred and scaled over its last axis, the scale 1 / sqrt(var + eps)) for float32
+    x32: the LayerNorm statistics inside the clusters (here and `residual_norm`)."""
     mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
     centred = x32 - mean
     inverse = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + epsilon)
-    normalised = centred * inverse
-    width = tf.shape(x32)[-1]
+    return centred * inverse, inverse
+
+
+def layer_norm_grads32(normalised, inverse, gamma, dy32):
+    """(dx, dgamma, dbeta) in float32 of a LayerNorm from `normalise32`'s two results and the
+    output's gradient (`_layer_norm_train`'s formulas)."""
+    width = tf.shape(dy32)[-1]
     dgamma = tf.reduce_sum(tf.reshape(dy32 * normalised, [-1, width]), axis=0)  # [width]
     dbeta = tf.reduce_sum(tf.reshape(dy32, [-1, width]), axis=0)  # [width]
     scaled = dy32 * gamma
@@ -225,7 +232,7 @@ def _layer_norm_backward(x, gamma, dy, epsilon):
         - tf.reduce_mean(scaled, axis=-1, keepdims=True)
         - normalised * tf.reduce_mean(scaled * normalised, axis=-1, keepdims=True)
     )
-    return tf.cast(dx, x.dtype), dgamma, dbeta
+    return dx, dgamma, dbeta
 
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
@@ -262,12 +269,12 @@ def _gelu_slope32(x32):
     return cdf + x32 * density
 
 
-@_fused
+@fused
 def _gelu_forward(x):
     return tf.cast(_gelu32(tf.cast(x, tf.float32)), x.dtype)
 
 
-@_fused
+@fused
 def _gelu_backward(x, dy):
     slope = _gelu_slope32(tf.cast(x, tf.float32))
     return tf.cast(tf.cast(dy, tf.float32) * slope, dy.dtype)
@@ -373,12 +380,12 @@ def _gelu_bias_train(x: tf.Tensor, bias: tf.Tensor):
     return output, backward
 
 
-@_fused
+@fused
 def _gelu_bias_forward(x, bias):
     return tf.cast(_gelu32(tf.cast(x, tf.float32) + bias), x.dtype)
 
 
-@_fused
+@fused
 def _gelu_bias_backward(x, bias, dy):
     dx = tf.cast(dy, tf.float32) * _gelu_slope32(tf.cast(x, tf.float32) + bias)
     return tf.cast(dx, dy.dtype), tf.reduce_sum(dx, axis=0)
