@@ -220,6 +220,7 @@ def export_encoder(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from electra_tf.device_defaults import probe_machine
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
     from electra_tf.serving.kinds import serving_module
+    from electra_tf.serving.precision import bfloat16_twin, model_twin_builder
     from electra_tf.serving.saved_model import ExportSpec, write_export
 
     workdir = tempfile.mkdtemp(prefix="electra-profile-serve-")  # the export: ~60 MB at full size
@@ -230,7 +231,10 @@ def export_encoder(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     vocab_file = write_bench_vocab(workdir, config.vocab_size)
     model = ElectraDiscriminator(config.discriminator_config())
     model(dummy_inputs())
-    module = serving_module("discriminator", model, vocab_file, args.seq)
+    bfloat16 = args.serve_precision == "bfloat16"
+    if bfloat16:  # the `--precision bfloat16` export's model and graph
+        model = bfloat16_twin(model, model_twin_builder(model))
+    module = serving_module("discriminator", model, vocab_file, args.seq, constant_kernels=bfloat16)
     spec = ExportSpec("discriminator", "electra_profile", module, "{}", vocab_file, {})
     export_dir = write_export(spec, os.path.join(workdir, "export"), None, False)
     return config, model, tf.saved_model.load(export_dir)
@@ -279,7 +283,8 @@ def profile_serve(args: argparse.Namespace, logdir: str) -> list[dict[str, Any]]
             title=(
                 f"serving `encode_ids`, batch {batch} x seq {args.seq}, discriminator "
                 f"{config.discriminator_config().num_hidden_layers} x "
-                f"{config.discriminator_config().hidden_size} (unprofiled time: median call)"
+                f"{config.discriminator_config().hidden_size}, {args.serve_precision} export "
+                "(unprofiled time: median call)"
             ),
             trace=trace["path"],
             device_planes=trace["device_planes"],
@@ -300,6 +305,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seq", type=int, help="sequence length (default 128; quick 32)")
     parser.add_argument("--serve-batches", help="serving batch sizes (default 1,32; quick 1,4)")
     parser.add_argument("--precision", default="float32", help="train precision (float32)")
+    parser.add_argument(
+        "--serve-precision", default="float32", choices=("float32", "bfloat16"),
+        help="the export's precision (bfloat16: as `export --precision bfloat16` writes it)",
+    )  # fmt: skip
     parser.add_argument(
         "--jit",
         choices=("auto", "on", "off"),
