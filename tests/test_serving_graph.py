@@ -322,7 +322,8 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
     for graph in (ops, session):
         assert graph.get("_MklNativeFusedMatMul[BiasAdd,GeluExact]") == counts["gelu_dense"], graph
         fused = sum(n for op, n in graph.items() if op.startswith("_MklNativeFusedMatMul"))
-        assert fused == counts["dense"], graph
+        # Query, key and value are one product per group and layer (`_joined_heads`).
+        assert fused == counts["dense"] - 2 * LAYERS * DEFAULT_QUERY_BLOCKS, graph
         assert graph.get("_MklLayerNorm") == counts["layer_norms"], graph
         assert not {"MatMul", "_MklMatMul", "BiasAdd", "Erf", "Erfc"} & set(graph), graph
         assert not {"FusedBatchNormV3", "_MklNativeFusedBatchNormV3"} & set(graph), graph
@@ -337,3 +338,23 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
     got = encode(**feeds)["replaced_probability"].numpy()
     # A few bfloat16 roundings of each activation: well inside 0.02 on these probabilities.
     np.testing.assert_allclose(got, expected, atol=0.02)
+
+
+@pytest.mark.parametrize("blocks", [1, DEFAULT_QUERY_BLOCKS])
+def test_constant_kernels_compute_the_plain_function(blocks):
+    """The constant-kernel form (kernels as graph constants, query, key and value as one
+    product) in float32 against the Keras model's own call, to float32 rounding."""
+    overrides = {"hidden_size": 32, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
+                 "intermediate_size": 64, "max_position_embeddings": 32}  # fmt: skip
+    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
+    tf.random.set_seed(6)
+    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
+    model(dummy_inputs())
+    ids = {k: tf.constant(v) for k, v in serving_graph.random_ids(3, 12, len(VOCAB)).items()}
+    options = InferenceOptions(fused_layer_norms=True, query_blocks=blocks, constant_kernels=True)
+    traced = tf.function(lambda f: model(f, training=False, inference_options=options)["logits"])
+    np.testing.assert_allclose(traced(ids), model(ids)["logits"], atol=1e-5, rtol=0)
+    # The traced graph reads no transformer kernel from a variable.
+    captured = {id(t) for t in traced.get_concrete_function(ids).captured_inputs}
+    read = [v.name for v in model.variables if id(v.handle) in captured]
+    assert read and not [name for name in read if "layer_" in name and "kernel" in name], read

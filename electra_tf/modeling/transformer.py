@@ -10,6 +10,7 @@ import tf_keras as keras
 from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
+from electra_tf.modeling.graph_values import graph_constant, per_graph, true_value
 from electra_tf.modeling.residual_norm import residual_norm_train
 from electra_tf.modeling.utils import (
     PLAIN_INFERENCE,
@@ -22,9 +23,13 @@ from electra_tf.modeling.utils import (
     layer_norm,
     layer_norm_map,
     require_built,
-    true_value,
     truncated_normal,
 )
+
+
+def _joins_kernels(training, options: InferenceOptions) -> bool:
+    """Whether a layer's query, key and value are one product (`_joined_heads`)."""
+    return options.constant_kernels and not training and not tf.executing_eagerly()
 
 
 class TransformerLayer(ConfiguredLayer):
@@ -125,6 +130,23 @@ class TransformerLayer(ConfiguredLayer):
         """`dense_rows` of one of this layer's dense sublayers, in `options`' kernel form."""
         return dense_rows(layer, rows, training, activation, options.constant_kernels)
 
+    def _joined_heads(self, rows, batch, seq_len):
+        """(query, key, value), each [batch, heads, seq_len, head_size], from one product of
+        `rows` with the three kernels joined into one constant [hidden, 3 * hidden]: for
+        constant kernels (`InferenceOptions`), where each product is a kernel call whose fixed
+        cost is most of it at small batches. The same values as three `dense_rows`."""
+        layers = (self.query, self.key, self.value)
+        kernel = tf.cast(graph_constant(*(layer.kernel for layer in layers)), rows.dtype)
+        bias = per_graph(
+            ("joined bias", *(id(layer.bias) for layer in layers)),
+            lambda: tf.concat([tf.cast(layer.bias, rows.dtype) for layer in layers], axis=0),
+        )
+        with tf.name_scope("query_key_value"):
+            product = tf.nn.bias_add(tf.matmul(rows, kernel), bias)  # [n, 3 * hidden]
+        # [batch, seq_len, 3, heads, head_size] -> [3, batch, heads, seq_len, head_size]
+        parts = tf.reshape(product, [batch, seq_len, 3, self.num_heads, self.head_size])
+        return tuple(tf.unstack(tf.transpose(parts, [2, 0, 3, 1, 4]), 3, axis=0))
+
     def _attention_probs(
         self, rows, batch, seq_len, attention_bias, training=False, options=PLAIN_INFERENCE
     ):
@@ -181,11 +203,17 @@ class TransformerLayer(ConfiguredLayer):
         batch, seq_len = tf.shape(hidden)[0], tf.shape(hidden)[1]
         rows = tf.reshape(hidden, [-1, self.config.hidden_size])  # [batch * seq_len, hidden]
         options = inference_options
-        value = self._split_heads(self._dense(self.value, rows, training, options), batch, seq_len)
-        probs = self.attention_dropout(
-            self._attention_probs(rows, batch, seq_len, attention_bias, training, options),
-            training=training,
-        )
+        if _joins_kernels(training, options):
+            query, key, value = self._joined_heads(rows, batch, seq_len)
+            probs = self._probs(query, key, attention_bias)
+        else:
+            value = self._split_heads(
+                self._dense(self.value, rows, training, options), batch, seq_len
+            )
+            probs = self.attention_dropout(
+                self._attention_probs(rows, batch, seq_len, attention_bias, training, options),
+                training=training,
+            )
         output = self._output_rows(probs, value, rows, training, options)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
@@ -212,15 +240,20 @@ class TransformerLayer(ConfiguredLayer):
         def heads(layer, r, n):  # one group's rows through `layer`, split into heads
             return self._split_heads(self._dense(layer, r, False, options), batch, n)
 
+        if _joins_kernels(False, options):
+            groups = [self._joined_heads(r, batch, n) for r, n in pieces]
+        else:
+            groups = [tuple(heads(x, r, n) for x in (self.query, self.key, self.value))
+                      for r, n in pieces]  # fmt: skip
         # [batch, heads, seq_len, head_size]: each group's heads split, then joined.
-        key = tf.concat([heads(self.key, r, n) for r, n in pieces], axis=2)
-        value = tf.concat([heads(self.value, r, n) for r, n in pieces], axis=2)
+        key = tf.concat([k for _, k, _ in groups], axis=2)
+        value = tf.concat([v for _, _, v in groups], axis=2)
         # The same values, shaped by the joined keys' length: Grappler's remapper fuses the mask
         # into the score product only where it can see that the two lengths are equal.
         attention_bias = tf.reshape(attention_bias, [batch, 1, 1, tf.shape(key)[2]])
         outputs = []
-        for r, n in pieces:
-            probs = self._probs(heads(self.query, r, n), key, attention_bias)
+        for (r, _), (query, _, _) in zip(pieces, groups, strict=True):
+            probs = self._probs(query, key, attention_bias)
             outputs.append(self._output_rows(probs, value, r, False, options))
         return outputs
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import weakref
 
 import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.graph_values import graph_constant, per_graph, true_value
 
 # The model has no tensor-dependent Python control flow (every `if`/`for` is on config values),
 # so AutoGraph's source rewriting would only cost tracing time. Decorating a train step is
@@ -154,8 +154,13 @@ def apply_layer_norm(
         data_format="NCHW",
         is_training=True,
     )[0]
-    gamma, beta = (tf.cast(v, dtype) for v in (norm.gamma, norm.beta))
+    gamma, beta = (_cast_once(v, dtype) for v in (norm.gamma, norm.beta))
     return tf.cast(tf.reshape(normalised, shape) * gamma + beta, norm.compute_dtype)
+
+
+def _cast_once(variable, dtype: tf.DType) -> tf.Tensor:
+    """`variable` read and cast to `dtype` once per graph, not once per query group."""
+    return per_graph(("cast", id(variable), dtype.name), lambda: tf.cast(variable, dtype))
 
 
 def _layer_norm_train(x: tf.Tensor, gamma: tf.Variable, beta: tf.Variable, epsilon: float):
@@ -339,29 +344,6 @@ def unfused_bias_add(product: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     units = product.shape[-1]
     biased = tf.nn.bias_add(tf.reshape(product, [-1, 1, units]), tf.cast(bias, product.dtype))
     return tf.reshape(biased, [-1, units])
-
-
-# {graph being traced: {id(variable): its constant}}: one constant per variable and graph,
-# however many ops read it (the query groups of the serving encoder each read every kernel).
-_GRAPH_CONSTANTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def graph_constant(variable) -> tf.Tensor:
-    """A variable's current value as a constant of the graph being traced (read eagerly)."""
-    constants = _GRAPH_CONSTANTS.setdefault(tf.compat.v1.get_default_graph(), {})
-    if id(variable) not in constants:
-        with tf.init_scope():
-            value = tf.convert_to_tensor(true_value(variable)).numpy()
-        constants[id(variable)] = tf.constant(value)
-    return constants[id(variable)]
-
-
-def true_value(variable) -> tf.Tensor:
-    """A variable's value in its own dtype: under a mixed policy, a layer's call reads its
-    float32 variables cast to the compute dtype (Keras' AutoCastVariable); this reads them as
-    stored, for the float32 arithmetic inside the training clusters."""
-    inner = getattr(variable, "_variable", variable)  # an AutoCastVariable's own variable
-    return tf.convert_to_tensor(inner)
 
 
 @tf.custom_gradient
