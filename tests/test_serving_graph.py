@@ -287,6 +287,17 @@ def test_serving_layer_norm_is_the_layer_norm():
     assert fused_error[0].max() <= 2 * keras_error[0].max() + 1e-6
 
 
+def _tiny_discriminator(seed: int) -> ElectraDiscriminator:
+    """A random 2-layer discriminator of width 32 over `VOCAB`, built."""
+    overrides = {"hidden_size": 32, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
+                 "intermediate_size": 64, "max_position_embeddings": 32}  # fmt: skip
+    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
+    tf.random.set_seed(seed)
+    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
+    model(dummy_inputs())
+    return model
+
+
 def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer_norms(tmp_path):
     """The `--precision bfloat16` export: the encoder's dense kernels are constants of the graph
     (`InferenceOptions.constant_kernels`; only on a constant kernel does oneDNN run the fused
@@ -298,12 +309,7 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
 
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("\n".join(VOCAB) + "\n")
-    overrides = {"hidden_size": 32, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
-                 "intermediate_size": 64, "max_position_embeddings": 32}  # fmt: skip
-    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
-    tf.random.set_seed(5)
-    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
-    model(dummy_inputs())
+    model = _tiny_discriminator(seed=5)
     paths = {
         precision: save_for_serving(
             model, str(tmp_path), str(vocab_file), 32, name=precision, precision=precision
@@ -344,12 +350,7 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
 def test_constant_kernels_compute_the_plain_function(blocks):
     """The constant-kernel form (kernels as graph constants, query, key and value as one
     product) in float32 against the Keras model's own call, to float32 rounding."""
-    overrides = {"hidden_size": 32, "num_hidden_layers": LAYERS, "num_attention_heads": 2,
-                 "intermediate_size": 64, "max_position_embeddings": 32}  # fmt: skip
-    hparams = {"vocab_size": len(VOCAB), "embedding_size": 16, "model_hparam_overrides": overrides}
-    tf.random.set_seed(6)
-    model = ElectraDiscriminator(pretraining_config("tiny", hparams=hparams).discriminator_config())
-    model(dummy_inputs())
+    model = _tiny_discriminator(seed=6)
     ids = {k: tf.constant(v) for k, v in serving_graph.random_ids(3, 12, len(VOCAB)).items()}
     options = InferenceOptions(fused_layer_norms=True, query_blocks=blocks, constant_kernels=True)
     traced = tf.function(lambda f: model(f, training=False, inference_options=options)["logits"])
