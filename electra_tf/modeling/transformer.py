@@ -20,6 +20,7 @@ from electra_tf.modeling.utils import (
     build_sublayer,
     dense_map,
     dense_rows,
+    is_linear,
     layer_norm,
     layer_norm_map,
     require_built,
@@ -174,12 +175,12 @@ class TransformerLayer(ConfiguredLayer):
         step computes it as one cluster each way from the plain product (`residual_norm`)."""
         bfloat16_step = training is True and x.dtype == tf.bfloat16
         if bfloat16_step and norm.variable_dtype == "float32":
-            linear = getattr(dense.activation, "__name__", None) == "linear"
-            if linear and (self.hidden_dropout.own_mask(x) or self.hidden_dropout.rate == 0):
+            dropout = self.hidden_dropout
+            if is_linear(dense) and (dropout.own_mask(x) or dropout.rate == 0):
                 with tf.name_scope(dense.name):
                     product = tf.matmul(x, tf.cast(dense.kernel, tf.bfloat16))  # [n, units]
-                rate = self.hidden_dropout.rate
-                keep = self.hidden_dropout.keep(product) if rate else None
+                rate = dropout.rate
+                keep = dropout.keep(product) if rate else None
                 return residual_norm_train(
                     product, true_value(dense.bias), keep, 1.0 / (1.0 - rate), residual,
                     true_value(norm.gamma), true_value(norm.beta), norm.epsilon,

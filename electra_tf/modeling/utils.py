@@ -314,8 +314,7 @@ def dense_rows(
     bfloat16 element-wise ops (TensorFlow converts each operand on its own: a [4096, 1024]
     GELU took 29 ms beside the fused kernel's 6).
     """
-    # By name: a test that reloads Keras' modules leaves other `linear` function objects.
-    linear = getattr(layer.activation, "__name__", None) == "linear"
+    linear = is_linear(layer)
     if constant_kernel and linear and not training and not tf.executing_eagerly():
         with tf.name_scope(layer.name):
             kernel = tf.cast(graph_constant(layer.kernel), rows.dtype)
@@ -334,6 +333,12 @@ def dense_rows(
             return _gelu_bias_train(product, bias)
         output = unfused_bias_add(product, bias)
     return output if activation is None else apply_activation(activation, output, training)
+
+
+def is_linear(layer: keras.layers.Dense) -> bool:
+    """Whether a Dense layer has no activation of its own. By the activation's name: a test that
+    reloads Keras' modules leaves other `linear` function objects."""
+    return getattr(layer.activation, "__name__", None) == "linear"
 
 
 def unfused_bias_add(product: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:

@@ -178,11 +178,12 @@ class ServingModule(tf.Module):
 
         # Only the model's forward pass: the featurizer's string ops and the post-processing's
         # token strings stay outside the XLA cluster.
-        self._predict = (
-            tf.function(bound, jit_compile=True, autograph=False) if jit_compile else bound
-        )
-        if options.constant_kernels:
+        if jit_compile:
+            self._predict = tf.function(bound, jit_compile=True, autograph=False)
+        elif options.constant_kernels:
             self._predict = _traced_once(bound)
+        else:
+            self._predict = bound
         # Only the variables are tracked, not the Keras model: the signatures capture them, and
         # this avoids Keras' own SavedModel serialisation (its traced call functions).
         self.model_variables = list(model.variables)
