@@ -12,7 +12,8 @@ a quarter as wide, a `--vocab` x `--embedding` table), written out op by op and 
 kernel per variable (`fused`), with the largest difference of the updated weights. Last,
 dropout at rate 0.1 on the attention probabilities of half the batch and on `--rows` / 2 rows
 of the hidden width (the step's two halves), as Keras draws it (a float32 uniform per element)
-and as `electra_tf.modeling.dropout` does (24 bits per element), with the kept fraction.
+and as `electra_tf.modeling.dropout` does (the bits made in the kernel that applies the
+mask), with the kept fraction.
 
     python -m bench.fusion_micro [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
         [--vocab 30522] [--embedding 128] [--slots 608] [--per-seq 19] [--calls 30] [--rounds 2]
@@ -195,7 +196,10 @@ def compare_dropout(shapes: list, calls: int) -> None:
     rng = np.random.default_rng(4)
     for shape in shapes:
         x = tf.constant(rng.normal(size=shape), tf.float32)
-        for label, layer in (("Keras", keras.layers.Dropout(0.1)), ("24-bit masks", Dropout(0.1))):
+        for label, layer in (
+            ("Keras", keras.layers.Dropout(0.1)),
+            ("in-kernel masks", Dropout(0.1)),
+        ):
             ms, out = time_form(lambda x, layer=layer: layer(x, training=True), x, [], calls)
             kept = float(np.mean(out[0] != 0))
             print(f"  {label + ' ' + str(list(shape)):36s} {ms:8.2f} ms   {kept:.4f}", flush=True)

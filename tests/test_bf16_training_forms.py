@@ -131,6 +131,7 @@ def _layer_norm64(x, gamma, beta):
 
 @pytest.mark.parametrize("rate", [0.0, 0.1])
 def test_residual_norm_cluster_matches_float64(rate):
+    from electra_tf.modeling.dropout import keep_mask
     from electra_tf.modeling.residual_norm import residual_norm_train
 
     rng = np.random.default_rng(6)
@@ -140,7 +141,9 @@ def test_residual_norm_cluster_matches_float64(rate):
     bias = tf.Variable(rng.normal(0.0, 0.5, width).astype(np.float32))
     gamma = tf.Variable(rng.normal(1.0, 0.2, width).astype(np.float32))
     beta = tf.Variable(rng.normal(0.0, 0.2, width).astype(np.float32))
-    keep = tf.constant(rng.random((n, width)) >= rate) if rate else None
+    seed = tf.constant([11, 12]) if rate else None
+    # The mask the cluster makes from the seed, as a Dropout call with that seed applies it.
+    keep = keep_mask([n, width], rate, seed) if rate else None
     scale = 1.0 / (1.0 - rate)
     upstream = rng.normal(size=(n, width))
 
@@ -152,7 +155,7 @@ def test_residual_norm_cluster_matches_float64(rate):
         return _layer_norm64(residual64 + pre, gamma64, beta64)
 
     checks = bf16_values_and_gradients(
-        lambda: residual_norm_train(product, bias, keep, scale, residual, gamma, beta, 1e-12),
+        lambda: residual_norm_train(product, bias, seed, rate, residual, gamma, beta, 1e-12),
         plain, [product, residual], [bias, gamma, beta], upstream,
     )  # fmt: skip
     names = ("y", "dproduct", "dresidual", "dbias", "dgamma", "dbeta")

@@ -1,11 +1,12 @@
-"""The project's Dropout: the original's keep probability from 24 random bits per element."""
+"""The project's Dropout: the original's keep rule, the bits made inside the kernel that
+applies the mask (SplitMix64's output function of the seed's key and the element's index)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.modeling.dropout import Dropout, keep_from_bits, keep_mask, keep_thresholds
+from electra_tf.modeling.dropout import Dropout, keep_mask, keep_threshold
 
 RATES = [0.1, 0.2, 0.3, 0.05, 0.5, 0.9, 1e-9, 0.123456789, 1.0 - 2.0**-23]
 
@@ -21,35 +22,50 @@ def _first_kept_mantissa(rate: float) -> int:
 
 
 @pytest.mark.parametrize("rate", RATES)
-def test_keep_rule_is_the_float_uniforms_over_all_24_bit_draws(rate):
-    first = _first_kept_mantissa(rate)
-    thresholds = keep_thresholds(rate)
-    high_bits = np.repeat(np.arange(2**16, dtype=np.uint16), 2**8)  # every (h, b) pair once
-    low_bits = np.tile(np.arange(2**8, dtype=np.uint8), 2**16)
-    keep = keep_from_bits(
-        tf.constant(high_bits), None if thresholds[1] == 0 else tf.constant(low_bits), thresholds
-    ).numpy()
-    value = high_bits.astype(np.int64) * 256 + low_bits  # v, uniform on 24 bits
-    # Kept exactly where v >= 2 * first: the same probability as the 23-bit rule.
-    np.testing.assert_array_equal(keep, value >= 2 * first)
-    assert keep.sum() == 2 * (2**23 - first)
+def test_keep_rule_is_the_float_uniforms_over_all_23_bit_draws(rate):
+    # Kept exactly where m >= K over all 2^23 values of m: tf.nn.dropout's probability.
+    assert keep_threshold(rate) == _first_kept_mantissa(rate)
 
 
-def test_a_rate_that_keeps_nothing_has_no_thresholds():
-    assert keep_thresholds(np.nextafter(np.float32(1), np.float32(0))) is None
+def test_a_rate_that_keeps_nothing_has_no_threshold():
+    assert keep_threshold(np.nextafter(np.float32(1), np.float32(0))) is None
     with pytest.raises(ValueError, match="keeps nothing"):
-        keep_mask(tf.constant([4]), 1.0, tf.constant([1, 2]))
+        keep_mask([4], 1.0, tf.constant([1, 2]))
 
 
-def test_masks_keep_at_the_rate_with_independent_neighbours():
-    keep = keep_mask(tf.constant([1000, 1000]), 0.1, tf.constant([3, 4])).numpy().ravel()
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function in numpy (wrapping uint64 arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def test_masks_are_splitmix64_bits_of_the_seed_and_the_index():
+    seed = np.array([-3, 2**31 - 5], np.int32)
+    key = _mix64(seed.view(np.uint64))
+    with np.errstate(over="ignore"):
+        counters = np.arange(1, 6 * 7 * 5 + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    mantissas = _mix64(key ^ counters) >> np.uint64(41)
+    for rate in (0.1, 0.5):
+        expected = (mantissas >= keep_threshold(rate)).reshape(6, 7, 5)
+        np.testing.assert_array_equal(keep_mask([6, 7, 5], rate, tf.constant(seed)), expected)
+
+
+def test_masks_keep_at_the_rate_with_independent_neighbours_and_seeds():
+    keep = keep_mask([1000, 1000], 0.1, tf.constant([3, 4])).numpy().ravel()
+    other = keep_mask([1000, 1000], 0.1, tf.constant([3, 5])).numpy().ravel()
     n = keep.size
     # 5 standard deviations of the binomial proportion.
     assert abs(keep.mean() - 0.9) < 5 * np.sqrt(0.09 / n)
-    # Elements 2i and 2i + 1 share a 32-bit word (its two halves); i and i + 1 in general.
-    for first, second in ((keep[0::2], keep[1::2]), (keep[:-1], keep[1:])):
+    # Neighbours, elements a row apart, and the same element under the next seed.
+    pairs = ((keep[:-1], keep[1:]), (keep[:-1000], keep[1000:]), (keep, other))
+    for first, second in pairs:
         both = np.mean(first & second)
         assert abs(both - 0.81) < 5 * np.sqrt(0.81 * 0.19 / first.size)
+    # At rate 0.5 the top bit alone decides.
+    half = keep_mask([1000, 1000], 0.5, tf.constant([3, 4])).numpy()
+    assert abs(half.mean() - 0.5) < 5 * np.sqrt(0.25 / n)
 
 
 def test_layer_output_and_gradient_use_one_mask_and_the_scale_of_tf_nn_dropout():

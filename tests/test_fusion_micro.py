@@ -28,9 +28,9 @@ def test_every_form_matches_the_keras_form(capsys):
     rows = [row for row in rows if "[" not in row[0]]
     assert [name for name, _ in dropout] == [
         "Keras [1, 1, 32, 32]",
-        "24-bit masks [1, 1, 32, 32]",
+        "in-kernel masks [1, 1, 32, 32]",
         "Keras [32, 32]",
-        "24-bit masks [32, 32]",
+        "in-kernel masks [32, 32]",
     ]
     for name, kept in dropout:
         assert 0.8 < kept < 0.97, (name, kept)

@@ -8,27 +8,29 @@ the activations forward and as many back, three of them TensorFlow's bfloat16 el
 kernels (each converts every operand on its own), plus a bfloat16 BiasAddGrad. Here the
 forward reads the product, the residual and the dropout mask once and writes the normalised
 rows; the backward recomputes the sum from the same inputs and returns the gradients of the
-product, the bias (summed over rows in float32), the residual, gamma and beta.
+product, the bias (summed over rows in float32), the residual, gamma and beta. The dropout
+mask is made inside both clusters from the hidden dropout layer's seed for the call
+(`dropout.kept`, the mask its own call would apply), so it is never written to memory.
 
 The function is the one the separate ops compute, in float32 from the bfloat16 product and
 residual, without the intermediate bfloat16 roundings of the bias add, the scaled dropout and
 the sum (so it is closer to float32: `tests/test_bf16_training_forms.py` checks values and
-gradients against float64). The mask is the hidden dropout layer's own (`Dropout.keep`), drawn
-from the same seed as its call would draw it; float32 steps keep the separate ops.
+gradients against float64). float32 steps keep the separate ops.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from electra_tf.modeling.dropout import kept, threshold_tensor
 from electra_tf.modeling.utils import fused, layer_norm_grads32, normalise32
 
 
 def residual_norm_train(
     product: tf.Tensor,
     bias: tf.Tensor,
-    keep: tf.Tensor | None,
-    scale: float,
+    seed: tf.Tensor | None,
+    rate: float,
     residual: tf.Tensor,
     gamma: tf.Tensor,
     beta: tf.Tensor,
@@ -39,31 +41,42 @@ def residual_norm_train(
     Args:
         product: bfloat16 [n, width], the dense layer's product without its bias.
         bias: float32 [width], the dense layer's bias.
-        keep: bool [n, width], where dropout keeps an element (None: no dropout).
-        scale: dropout's 1 / (1 - rate) (1 without dropout).
+        seed: int32 [2], the dropout mask's seed for this call (`Dropout.call_seed`; None: no
+            dropout).
+        rate: the dropout rate (unused without a seed).
         residual: bfloat16 [n, width], the sublayer's input.
         gamma, beta: float32 [width], the LayerNorm's variables; epsilon its epsilon.
 
     Returns:
         bfloat16 [n, width].
     """
+    mask = None if seed is None else (seed, threshold_tensor(rate), 1.0 / (1.0 - rate))
 
     @tf.custom_gradient
     def forward(product, bias, residual, gamma, beta):
         with tf.name_scope("residual_norm_train"):
-            output = _forward(product, bias, keep, scale, residual, gamma, beta, epsilon)
+            output = _forward(product, bias, mask, residual, gamma, beta, epsilon)
 
         def backward(dy):
             with tf.name_scope("residual_norm_train_grad"):
-                return _backward(product, bias, keep, scale, residual, gamma, dy, epsilon)
+                return _backward(product, bias, mask, residual, gamma, dy, epsilon)
 
         return output, backward
 
     return forward(product, bias, residual, gamma, beta)
 
 
+def _keep_and_scale(product, mask):
+    """(bool [n, width] where the dropout `mask` (seed, threshold, scale) keeps, the scale);
+    (None, 1.0) without dropout."""
+    if mask is None:
+        return None, 1.0
+    seed, threshold, scale = mask
+    return kept(product, seed, threshold), scale
+
+
 def _sum32(product, bias, keep, scale, residual):
-    """float32 [n, width]: residual + dropout(product + bias)."""
+    """float32 [n, width]: residual + dropout(product + bias), `keep` None without dropout."""
     pre = tf.cast(product, tf.float32) + bias
     if keep is not None:
         pre = tf.where(keep, pre * scale, tf.zeros_like(pre))
@@ -71,13 +84,15 @@ def _sum32(product, bias, keep, scale, residual):
 
 
 @fused
-def _forward(product, bias, keep, scale, residual, gamma, beta, epsilon):
+def _forward(product, bias, mask, residual, gamma, beta, epsilon):
+    keep, scale = _keep_and_scale(product, mask)
     normalised, _ = normalise32(_sum32(product, bias, keep, scale, residual), epsilon)
     return tf.cast(normalised * gamma + beta, residual.dtype)
 
 
 @fused
-def _backward(product, bias, keep, scale, residual, gamma, dy, epsilon):
+def _backward(product, bias, mask, residual, gamma, dy, epsilon):
+    keep, scale = _keep_and_scale(product, mask)
     normalised, inverse = normalise32(_sum32(product, bias, keep, scale, residual), epsilon)
     dsum, dgamma, dbeta = layer_norm_grads32(normalised, inverse, gamma, tf.cast(dy, tf.float32))
     dpre = dsum if keep is None else tf.where(keep, dsum * scale, tf.zeros_like(dsum))

@@ -179,10 +179,9 @@ class TransformerLayer(ConfiguredLayer):
             if is_linear(dense) and (dropout.own_mask(x) or dropout.rate == 0):
                 with tf.name_scope(dense.name):
                     product = tf.matmul(x, tf.cast(dense.kernel, tf.bfloat16))  # [n, units]
-                rate = dropout.rate
-                keep = dropout.keep(product) if rate else None
+                seed = dropout.call_seed() if dropout.rate else None
                 return residual_norm_train(
-                    product, true_value(dense.bias), keep, 1.0 / (1.0 - rate), residual,
+                    product, true_value(dense.bias), seed, dropout.rate, residual,
                     true_value(norm.gamma), true_value(norm.beta), norm.epsilon,
                 )  # fmt: skip
         output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
