@@ -45,8 +45,8 @@ def test_masks_are_splitmix64_bits_of_the_seed_and_the_index():
     seed = np.array([-3, 2**31 - 5], np.int32)
     key = _mix64(seed.view(np.uint64))
     with np.errstate(over="ignore"):
-        counters = np.arange(1, 6 * 7 * 5 + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    mantissas = _mix64(key ^ counters) >> np.uint64(41)
+        inputs = (key ^ np.arange(6 * 7 * 5, dtype=np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+    mantissas = _mix64(inputs) >> np.uint64(41)
     for rate in (0.1, 0.5):
         expected = (mantissas >= keep_threshold(rate)).reshape(6, 7, 5)
         np.testing.assert_array_equal(keep_mask([6, 7, 5], rate, tf.constant(seed)), expected)
