@@ -98,3 +98,42 @@ def test_xla_compiles():
     compiled = tf.function(scatter_update, jit_compile=True)(seq, updates, positions)
     for a, b in zip(scatter_update(seq, updates, positions), compiled, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function in numpy (wrapping uint64 arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def test_gumbel_uniforms_are_splitmix64_mantissas_of_the_step_seed():
+    from electra_tf.pretraining.sampling import gumbel_uniform
+
+    gamma = np.uint64(0x9E3779B97F4A7C15)
+    seed = np.array([-(2**62) + 12345, 0], np.int64)  # as `step_seeds` gives it: key, 0
+    first, second = seed.view(np.uint64)
+    with np.errstate(over="ignore"):
+        key = _mix64(np.array(first ^ (second * gamma), np.uint64))
+        inputs = (key ^ np.arange(3 * 4 * 5, dtype=np.uint64)) * gamma
+    expected = (_mix64(inputs) >> np.uint64(41)).astype(np.float32) / np.float32(2**23)
+    actual = gumbel_uniform(tf.constant([3, 4, 5]), tf.constant(seed)).numpy()
+    np.testing.assert_array_equal(actual, expected.reshape(3, 4, 5))
+
+
+def test_gumbel_uniform_rows_from_an_offset_and_their_distribution():
+    from electra_tf.modeling.random_bits import uniform
+
+    seed = tf.constant([77, 0], tf.int64)
+    whole = uniform([4, 19, 1000], seed).numpy()
+    # The second half's rows drawn on their own (another replica's part of the batch).
+    np.testing.assert_array_equal(uniform([2, 19, 1000], seed, 2 * 19 * 1000).numpy(), whole[2:])
+    values = whole.ravel()
+    assert values.min() >= 0.0 and values.max() < 1.0
+    # Uniform on [0, 1): the 10 deciles hold a tenth each (chi-square, 9 degrees of freedom,
+    # under its 0.1% point), and neighbours are uncorrelated (5 standard errors).
+    counts = np.histogram(values, bins=10, range=(0.0, 1.0))[0]
+    expected = values.size / 10
+    assert ((counts - expected) ** 2 / expected).sum() < 27.9
+    assert abs(np.corrcoef(values[:-1], values[1:])[0, 1]) < 5 / np.sqrt(values.size)

@@ -8,23 +8,14 @@ keeps it where u >= rate, scaled by 1 / (1 - rate). TensorFlow builds u from 23 
 every m). That rule, and so the keep probability 1 - K / 2^23, is the original's to the last
 bit; only the generator of m differs.
 
-TensorFlow's Philox kernel makes random words at about 6 ns each on a 2-core AMD EPYC (Zen 4,
-one thread, 2^20 words by `tf.random.stateless_uniform`: 6.5 ms), so the masks, drawn as
-separate ops, were 8% of a bfloat16 ELECTRA-Small train step. Here m is made where it is used,
-inside the XLA cluster that scales the tensor (`_fused_drop`, and `residual_norm`'s clusters):
-element i of a call's tensor (its flat row-major index, from 0) gets the top 23 bits of
-
-    mix64((key XOR i) * GAMMA),
-
-mix64 being SplitMix64's output function (Stafford's Mix13), GAMMA SplitMix64's Weyl
-increment (odd, so the product is a bijection), and key mix64 of the call's stateless seed
-(int32 [2], from the layer's Keras random generator, so `keras.utils.set_random_seed` and a
-layer's `seed` reproduce the masks). The backward recomputes the same bits from the same seed instead of keeping a mask: no mask tensor
-is written or read. Forward and backward on [16, 4, 128, 128] on that CPU: 2.34 ms, against
-5.87 ms with 24 Philox bits per element drawn apart (this module before) and 7.31 ms for
-Keras's dropout (`python -m bench.fusion_micro --rounds 1 --intra 1`, its dropout rows).
-Two seeds' streams share an input only where key1 XOR key2 = i XOR j, which needs the two keys
-to agree in every bit above the tensor's size (about 2^-38 for a pair at 2^26 elements).
+Here m is made where it is used, inside the XLA cluster that scales the tensor (`_fused_drop`,
+and `residual_norm`'s clusters): `random_bits.mantissas` of the call's stateless seed (int32
+[2], from the layer's Keras random generator, so `keras.utils.set_random_seed` and a layer's
+`seed` reproduce the masks) at each element's flat index. The backward makes the same bits
+again from the same seed instead of keeping a mask: no mask tensor is written or read. Forward
+and backward on [16, 4, 128, 128] on a 2-core AMD EPYC Zen 4, one thread: 2.34 ms, against 5.87
+ms with 24 Philox bits per element drawn apart (this module before) and 7.31 ms for Keras's
+dropout (`python -m bench.fusion_micro --rounds 1 --intra 1`, its dropout rows).
 """
 
 from __future__ import annotations
@@ -35,41 +26,21 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.modeling.random_bits import MANTISSA_BITS, mantissas, seed_key
 from electra_tf.modeling.utils import fused
-
-# The 23 mantissa bits TensorFlow's float32 uniform is made of.
-_MANTISSA_BITS = 23
-# SplitMix64's Weyl increment and Mix13's two multipliers.
-_GAMMA = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
 
 
 def keep_threshold(rate: float) -> int | None:
     """K of the module docstring for a float32 `rate`: keep where the 23-bit m >= K. None where
     the rule keeps nothing (a rate that rounds to 1.0 in float32)."""
-    first_kept = math.ceil(float(np.float32(rate)) * 2**_MANTISSA_BITS)  # exact: 24-bit rate32
-    return None if first_kept >= 2**_MANTISSA_BITS else first_kept
-
-
-def _mix64(z: tf.Tensor) -> tf.Tensor:
-    """SplitMix64's output function of uint64 z (a bijection on 64 bits)."""
-    shift, xor = tf.bitwise.right_shift, tf.bitwise.bitwise_xor
-    z = xor(z, shift(z, tf.constant(30, tf.uint64))) * tf.constant(_MIX1, tf.uint64)
-    z = xor(z, shift(z, tf.constant(27, tf.uint64))) * tf.constant(_MIX2, tf.uint64)
-    return xor(z, shift(z, tf.constant(31, tf.uint64)))
+    first_kept = math.ceil(float(np.float32(rate)) * 2**MANTISSA_BITS)  # exact: 24-bit rate32
+    return None if first_kept >= 2**MANTISSA_BITS else first_kept
 
 
 def kept(x: tf.Tensor, seed: tf.Tensor, threshold: tf.Tensor) -> tf.Tensor:
     """bool like x: where dropout keeps x's elements for `seed` (int32 [2]) and `threshold`
     (uint64 K). Traced inside the clusters that apply it; the same mask for any x of that size."""
-    key = _mix64(tf.bitcast(tf.cast(seed, tf.int32), tf.uint64))  # int32 [2] -> one uint64
-    # key XOR i before the product: XLA would fold i * GAMMA into a constant array, read
-    # from memory at 8 bytes an element where the product costs less.
-    index = tf.cast(tf.range(tf.size(x, out_type=tf.int64)), tf.uint64)
-    bits = _mix64(tf.bitwise.bitwise_xor(key, index) * tf.constant(_GAMMA, tf.uint64))
-    mantissa = tf.bitwise.right_shift(bits, tf.constant(64 - _MANTISSA_BITS, tf.uint64))
-    return tf.reshape(mantissa >= threshold, tf.shape(x))
+    return mantissas(tf.shape(x), seed_key(seed)) >= threshold
 
 
 def threshold_tensor(rate: float) -> tf.Tensor:

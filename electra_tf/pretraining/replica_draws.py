@@ -14,7 +14,8 @@ things in TensorFlow get in the way, and this module takes them out:
   global batch's ids and mask from every replica (one int32 all-gather), masks the whole
   global batch exactly as one replica would, and keeps this replica's rows. The sampler's
   noise is [B, N, vocab] (too large to draw whole on every replica): `uniform_rows` draws only
-  this replica's rows, starting the Philox counter where those rows start in the draw over B.
+  this replica's rows, starting its stream (`random_bits.uniform`) where those rows start in
+  the draw over B.
 
 Row r of the global batch is row r - first of replica `replica_id_in_sync_group`, where
 first = replica id x B / R: the order in which `tf.distribute` assigns per-replica batches and
@@ -26,11 +27,8 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.python.ops import gen_stateless_random_ops_v2
 
-# Philox's output block is 4 uint32 (one per float32): element i of a stateless float32 draw
-# is lane i % 4 of the block at counter + i // 4 (TensorFlow's CPU and GPU kernels).
-_PHILOX_LANES = 4
-# `tf.random.stateless_uniform`'s algorithm: the kernel's device default (Philox on CPU, GPU).
-_AUTO_SELECT = 3
+from electra_tf.modeling import random_bits
+from electra_tf.pretraining.sampling import gumbel_uniform
 
 
 def step_seeds(generator: tf.random.Generator, count: int) -> tf.Tensor:
@@ -78,8 +76,9 @@ def global_rows_masking(mask_fn, input_ids: tf.Tensor, input_mask: tf.Tensor) ->
 
 
 def uniform_rows(seed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
-    """float32 draws of `shape` [rows, ...]: this replica's rows of
-    `tf.random.stateless_uniform([replicas * rows, ...], seed)` (all of it with one replica).
+    """float32 draws of `shape` [rows, ...]: this replica's rows of the sampler's noise over
+    the global batch, `sampling.gumbel_uniform([replicas * rows, ...], seed)` (all of it with
+    one replica).
 
     Args:
         seed: int [2] stateless seed.
@@ -87,19 +86,7 @@ def uniform_rows(seed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
     """
     index, replicas = replica_rows()
     if replicas == 1:
-        return tf.random.stateless_uniform(shape, seed, dtype=tf.float32)
-    key, counter = gen_stateless_random_ops_v2.stateless_random_get_key_counter(seed)
+        return gumbel_uniform(shape, seed)
     size = tf.cast(tf.reduce_prod(shape), tf.int64)
     start = tf.cast(index, tf.int64) * size  # flat offset of this replica's first row
-    block, lane = start // _PHILOX_LANES, start % _PHILOX_LANES
-    low = counter[0] + tf.cast(block, tf.uint64)
-    carry = tf.cast(low < counter[0], tf.uint64)  # 128-bit counter: low word first
-    counter = tf.stack([low, counter[1] + carry])
-    flat = gen_stateless_random_ops_v2.stateless_random_uniform_v2(
-        shape=tf.reshape(size + lane, [1]),
-        key=key,
-        counter=counter,
-        alg=_AUTO_SELECT,
-        dtype=tf.float32,
-    )  # [lane + size]
-    return tf.reshape(flat[lane:], shape)
+    return random_bits.uniform(shape, seed, start)

@@ -87,6 +87,8 @@ def _forward_and_grads(model, vmap, names, state, inputs, problems, tf):
 
 def _reproduced_noise(model, state, config, out, tf) -> dict:
     """The project's draws (for the side checks on the original's own mask/sampling)."""
+    from electra_tf.pretraining.sampling import gumbel_uniform
+
     gen = tf.random.Generator.from_state(state, alg=model.rng.algorithm)
     seeds = gen.make_seeds(2)
     seed32 = tf.cast(seeds[:, 0], tf.int32)
@@ -95,9 +97,7 @@ def _reproduced_noise(model, state, config, out, tf) -> dict:
         "mask_uniform": tf.random.stateless_uniform(
             [BATCH, config.max_predictions_per_seq], mask_seed
         ).numpy(),
-        "gumbel_uniform": tf.random.stateless_uniform(
-            tf.shape(out["mlm_logits"]), seeds[:, 1], dtype=tf.float32
-        ).numpy(),
+        "gumbel_uniform": gumbel_uniform(tf.shape(out["mlm_logits"]), seeds[:, 1]).numpy(),
     }
 
 
