@@ -250,3 +250,22 @@ def nce_loss(energies, log_q, labels, input_mask, mask_prob) -> float:
     )
     m = input_mask.astype(np.float64)
     return float((per_token * m).sum() / (m.sum() + 1e-6))
+
+
+def random_mantissas(key: np.ndarray, size: int) -> np.ndarray:
+    """uint64 [size]: the top 23 bits of SplitMix64's output function of (key XOR i) * GAMMA
+    for i = 0 .. size - 1 (`electra_tf.modeling.random_bits`), written in numpy."""
+    gamma = np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        z = (np.uint64(key) ^ np.arange(size, dtype=np.uint64)) * gamma
+        z = splitmix_mix64(z)
+    return z >> np.uint64(41)
+
+
+def splitmix_mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Stafford's Mix13) with wrapping uint64 arithmetic."""
+    z = np.asarray(z, np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))

@@ -1,6 +1,7 @@
 """The project's Dropout: the original's keep rule, the bits made inside the kernel that
 applies the mask (SplitMix64's output function of the seed's key and the element's index)."""
 
+import helpers_reference_numpy as ref
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -33,20 +34,10 @@ def test_a_rate_that_keeps_nothing_has_no_threshold():
         keep_mask([4], 1.0, tf.constant([1, 2]))
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's output function in numpy (wrapping uint64 arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def test_masks_are_splitmix64_bits_of_the_seed_and_the_index():
     seed = np.array([-3, 2**31 - 5], np.int32)
-    key = _mix64(seed.view(np.uint64))
-    with np.errstate(over="ignore"):
-        inputs = (key ^ np.arange(6 * 7 * 5, dtype=np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
-    mantissas = _mix64(inputs) >> np.uint64(41)
+    key = ref.splitmix_mix64(seed.view(np.uint64))[0]
+    mantissas = ref.random_mantissas(key, 6 * 7 * 5)
     for rate in (0.1, 0.5):
         expected = (mantissas >= keep_threshold(rate)).reshape(6, 7, 5)
         np.testing.assert_array_equal(keep_mask([6, 7, 5], rate, tf.constant(seed)), expected)

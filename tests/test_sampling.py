@@ -100,24 +100,14 @@ def test_xla_compiles():
         np.testing.assert_array_equal(a, b)
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's output function in numpy (wrapping uint64 arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def test_gumbel_uniforms_are_splitmix64_mantissas_of_the_step_seed():
     from electra_tf.pretraining.sampling import gumbel_uniform
 
-    gamma = np.uint64(0x9E3779B97F4A7C15)
     seed = np.array([-(2**62) + 12345, 0], np.int64)  # as `step_seeds` gives it: key, 0
     first, second = seed.view(np.uint64)
     with np.errstate(over="ignore"):
-        key = _mix64(np.array(first ^ (second * gamma), np.uint64))
-        inputs = (key ^ np.arange(3 * 4 * 5, dtype=np.uint64)) * gamma
-    expected = (_mix64(inputs) >> np.uint64(41)).astype(np.float32) / np.float32(2**23)
+        key = ref.splitmix_mix64(first ^ (second * np.uint64(0x9E3779B97F4A7C15)))
+    expected = ref.random_mantissas(key, 3 * 4 * 5).astype(np.float32) / np.float32(2**23)
     actual = gumbel_uniform(tf.constant([3, 4, 5]), tf.constant(seed)).numpy()
     np.testing.assert_array_equal(actual, expected.reshape(3, 4, 5))
 
