@@ -28,7 +28,6 @@ import tensorflow as tf
 from tensorflow.python.ops import gen_stateless_random_ops_v2
 
 from electra_tf.modeling import random_bits
-from electra_tf.pretraining.sampling import gumbel_uniform
 
 
 def step_seeds(generator: tf.random.Generator, count: int) -> tf.Tensor:
@@ -84,9 +83,7 @@ def uniform_rows(seed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
         seed: int [2] stateless seed.
         shape: int32 [rank], the shape of this replica's part.
     """
-    index, replicas = replica_rows()
-    if replicas == 1:
-        return gumbel_uniform(shape, seed)
+    index, _ = replica_rows()  # 0 with one replica: the whole draw
     size = tf.cast(tf.reduce_prod(shape), tf.int64)
     start = tf.cast(index, tf.int64) * size  # flat offset of this replica's first row
     return random_bits.uniform(shape, seed, start)
