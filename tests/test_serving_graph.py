@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from helpers_precision import NO_ONEDNN_BFLOAT16, onednn_runs_bfloat16
 
 from bench import serving_graph
 from electra_tf.cli import export
@@ -298,13 +299,8 @@ def _tiny_discriminator(seed: int) -> ElectraDiscriminator:
     return model
 
 
-def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer_norms(tmp_path):
-    """The `--precision bfloat16` export: the encoder's dense kernels are constants of the graph
-    (`InferenceOptions.constant_kernels`; only on a constant kernel does oneDNN run the fused
-    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (GELU, the
-    residual add) in both runtimes; the SavedModel keeps no variable for those kernels; every
-    LayerNorm is one `_MklLayerNorm` in bfloat16 (a float32 cast before it broke the pattern);
-    and the outputs are the float32 export's within bfloat16's error."""
+def _float32_and_bfloat16_exports(tmp_path):
+    """(model, {precision: export path}) for a random tiny discriminator."""
     from electra_tf.serving.kinds import save_for_serving
 
     vocab_file = tmp_path / "vocab.txt"
@@ -316,13 +312,21 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
         )
         for precision in ("float32", "bfloat16")
     }
+    return model, paths
+
+
+@pytest.mark.skipif(not onednn_runs_bfloat16(), reason=NO_ONEDNN_BFLOAT16)
+def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer_norms(tmp_path):
+    """The `--precision bfloat16` export: the encoder's dense kernels are constants of the graph
+    (`InferenceOptions.constant_kernels`; only on a constant kernel does oneDNN run the fused
+    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (GELU, the
+    residual add) in both runtimes; and every LayerNorm is one `_MklLayerNorm` in bfloat16 (a
+    float32 cast before it broke the pattern)."""
+    _, paths = _float32_and_bfloat16_exports(tmp_path)
     ids = serving_graph.random_ids(3, 12, len(VOCAB))
     feeds = {k: tf.constant(v) for k, v in ids.items()}
-    loaded = tf.saved_model.load(paths["bfloat16"])
-    encode = loaded.signatures["encode_ids"]
+    encode = tf.saved_model.load(paths["bfloat16"]).signatures["encode_ids"]
     ops = serving_graph.function_graph_ops(encode, feeds)
-    if "_MklLayerNorm" not in ops and "FusedBatchNormV3" in ops:
-        pytest.skip("this TensorFlow build has no oneDNN")
     counts = kernel_counts(DEFAULT_QUERY_BLOCKS)
     session = serving_graph.session_graph_ops(paths["bfloat16"], "encode_ids", ids)
     for graph in (ops, session):
@@ -333,6 +337,15 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
         assert graph.get("_MklLayerNorm") == counts["layer_norms"], graph
         assert not {"MatMul", "_MklMatMul", "BiasAdd", "Erf", "Erfc"} & set(graph), graph
         assert not {"FusedBatchNormV3", "_MklNativeFusedBatchNormV3"} & set(graph), graph
+
+
+def test_bfloat16_export_holds_its_kernels_as_constants_and_answers_as_float32(tmp_path):
+    """On every CPU (bf16 through oneDNN or through Eigen): the SavedModel keeps no variable
+    for the encoder's kernels, says so in export.json, counts every weight, and its outputs are
+    the float32 export's within bfloat16's error."""
+    model, paths = _float32_and_bfloat16_exports(tmp_path)
+    feeds = {k: tf.constant(v) for k, v in serving_graph.random_ids(3, 12, len(VOCAB)).items()}
+    loaded = tf.saved_model.load(paths["bfloat16"])
     # Only the head's two kernels (outside the encoder) are still variables.
     kernels = [v.name for v in loaded.model_variables if "kernel" in v.name]
     assert len(kernels) == 2, kernels
@@ -341,7 +354,7 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
     assert sum(info["weight_dtypes"].values()) == model.count_params()
     float32 = tf.saved_model.load(paths["float32"]).signatures["encode_ids"]
     expected = float32(**feeds)["replaced_probability"].numpy()
-    got = encode(**feeds)["replaced_probability"].numpy()
+    got = loaded.signatures["encode_ids"](**feeds)["replaced_probability"].numpy()
     # A few bfloat16 roundings of each activation: well inside 0.02 on these probabilities.
     np.testing.assert_allclose(got, expected, atol=0.02)
 
