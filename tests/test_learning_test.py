@@ -147,19 +147,23 @@ def test_generator_settings_reach_the_pretraining_config():
 # depend on the machine's load), then the command's fine-tuning protocol for it and for a random
 # initialisation. The opt-in variants (ELECTRA_LEARNING_TEST_FULL=1) add the masked LM at the
 # same step count, the control (the same words shuffled across sequences: the margin vanishes)
-# and the command itself over three seeds. At 300 steps ELECTRA's margin still varies with the
-# seed of the run and with the random streams (the language's seed 0; margins +0.11, +0.05,
-# +0.25 for seeds 0, 1, 3 with TensorFlow's Philox draws; +0.06 for seed 3 since dropout's masks
-# and the sampler's noise come from `modeling/random_bits.py`). A margin of 0.15, which seed 3
-# alone cleared, asked for luck; this variant asks that pre-training helps at all: 0.03, about
-# 1.4 standard errors of a difference of two accuracies on n_eval = 1000 above the control's
-# zero. The size of the gain is the opt-in variants' and the command's (its CPU minute clears
-# 0.15 on every seed).
+# and the command itself over three seeds. At 300 steps ELECTRA's margin over random
+# initialisation varies with the run's seed as much as it is large. Seeds 0-7 (the language's
+# seed 0, the random streams of `modeling/random_bits.py`), accuracy random -> ELECTRA:
+#   0: 0.608 -> 0.756 (+0.148)   1: 0.569 -> 0.617 (+0.048)   2: 0.289 -> 0.521 (+0.232)
+#   3: 0.492 -> 0.555 (+0.063)   4: 0.570 -> 0.480 (-0.090)   5: 0.331 -> 0.575 (+0.244)
+#   6: 0.492 -> 0.730 (+0.238)   7: 0.524 -> 0.672 (+0.148)
+# Most of that spread is the random initialisation's (0.29-0.61 on a two-label task). The test
+# runs seed 7: its margin is the median's, and its random arm and its shuffled-text control
+# (0.528) sit at chance, with the masked LM at 0.957. It asks for 0.05, about 2.3 standard
+# errors of a difference of two accuracies on n_eval = 1000, which leaves the seed's margin
+# about 4.5 standard errors of room for other CPUs' rounding. The size of the gain is the
+# opt-in variants' and the command's (its CPU minute clears 0.15 on every seed).
 FAST_STEPS = 300
-FAST_MARGIN = 0.03
+FAST_MARGIN = 0.05
 # The control's bound: shuffled text must not give the gain the full command shows.
 CONTROL_MARGIN = 0.15
-FAST_SEED = 3
+FAST_SEED = 7
 SLOW = pytest.mark.skipif(
     not os.environ.get("ELECTRA_LEARNING_TEST_FULL"),
     reason="slow: set ELECTRA_LEARNING_TEST_FULL=1",
