@@ -187,8 +187,9 @@ class TransformerLayer(ConfiguredLayer):
         output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
         # At inference an AddN, the same sum: Grappler's remapper fuses an Add into the product
         # before it (oneDNN's [BiasAdd, Add]) only where it can prove the two shapes equal,
-        # which it cannot for a count of rows known only at run time; an AddN cannot broadcast,
-        # and it fuses that without the proof (3-4% of a batch-32 serving call).
+        # which it cannot for the attention output's (its rows, counted at run time, come
+        # through a reshape of the context); an AddN cannot broadcast, and it fuses that
+        # without the proof (3-4% of a batch-32 serving call).
         inference = training is False or training is None
         summed = tf.math.add_n([output, residual]) if inference else output + residual
         return apply_layer_norm(norm, summed, training, fused=options.fused_layer_norms)
