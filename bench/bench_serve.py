@@ -15,6 +15,10 @@ Rows, all from one run:
   as one group of positions, the export before the default became 2);
 - `electra-tf, jit_compile`: the same weights exported with `--jit-compile` (XLA), unless
   `--no-xla`;
+- `<row> in a Session`: `encode_ids` of the default export (and of the `--precision` one) run
+  by a `tf.compat.v1.Session` with the same thread settings, as TF Serving runs a SavedModel:
+  a Session rewrites the graph as the function runtime does except where docs/performance.md
+  says (it runs the residual adds apart);
 - `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
   (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
   starts with DIR;
@@ -70,6 +74,8 @@ from electra_tf import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIGNATURES = ("serving_default", "encode_ids")
+# The suffix of a row that TF Serving's runtime ran (`session_timings`).
+SESSION = " in a Session"
 # The rows "export via OpenVINO": this checkout's float32 export converted by
 # `python -m electra_tf.export_openvino`, timed in this process (the runtime the project offers
 # beside TensorFlow's); the other OpenVINO rows compile the peers' ONNX model.
@@ -233,11 +239,13 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
         path = save_for_serving(model, workdir, vocab_file, args.seq, name=name, **options)
         loaded = tf.saved_model.load(path)
         results[variant] = {signature: {} for signature in SIGNATURES}
+        ids_by_batch = {}
         for batch in args.batches:
             texts = tf.constant(sample_texts(vocab_file, batch, args.seq))
             features = loaded.signatures["tokenize"](text=texts)
             assert features["input_ids"].shape == (batch, args.seq), features["input_ids"].shape
             ids = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+            ids_by_batch[batch] = {k: v.numpy() for k, v in ids.items()}
             serve, encode = loaded.signatures["serving_default"], loaded.signatures["encode_ids"]
             calls_of = {
                 "serving_default": lambda f=serve, t=texts: f(text=t),
@@ -249,6 +257,10 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
                 results[variant][signature][batch] = timed(
                     lambda c=call: c()["replaced_probability"].numpy(), args.warmup, args.calls
                 )
+        if not args.tf_json and (variant == "electra-tf" or "precision" in options):
+            print(f"timing {variant} in a Session", file=sys.stderr, flush=True)
+            timings = session_timings(path, ids_by_batch, args)
+            results[variant + SESSION] = {"encode_ids": timings}
     if not args.tf_json:  # the float32 export as OpenVINO takes it best: one query block
         path = save_for_serving(
             model, workdir, vocab_file, args.seq, name="electra_small_openvino", query_blocks=1
@@ -257,6 +269,28 @@ def bench_tf(vocab_file: str, workdir: str, args: argparse.Namespace) -> tuple[d
         results.update(rows)
         notes.append(note)
     return results, notes
+
+
+def session_timings(
+    path: str, ids_by_batch: dict[int, dict], args: argparse.Namespace
+) -> dict[int, list[float]]:
+    """{batch: seconds per call} of `encode_ids` run by a TF1 Session (TF Serving's runtime) on
+    the function rows' ids, with this run's intra-op and inter-op threads."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    config = v1.ConfigProto(
+        intra_op_parallelism_threads=args.threads[0], inter_op_parallelism_threads=args.threads[1]
+    )
+    timings = {}
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph, config=config) as session:
+        meta = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], path)
+        signature = meta.signature_def["encode_ids"]
+        fetch = signature.outputs["replaced_probability"].name
+        for batch, ids in ids_by_batch.items():
+            feed = {signature.inputs[k].name: v for k, v in ids.items()}
+            timings[batch] = timed(lambda f=feed: session.run(fetch, f), args.warmup, args.calls)
+    return timings
 
 
 def bench_export_via_openvino(
@@ -420,12 +454,24 @@ def print_report(results: dict, notes: list[str], args: argparse.Namespace, run_
     for variant, peer, batch, ratio in p50_ratios(results, args.batches):
         print(f"- {variant} `encode_ids` vs {peer}, batch {batch}: {ratio:.2f}x")
     for variant in [v for v in results if v.startswith("electra-tf, ")]:
+        # A Session row against the float32 export in a Session.
+        float32 = "electra-tf" + SESSION if variant.endswith(SESSION) else "electra-tf"
         for batch in args.batches:
             ours = percentile(results[variant]["encode_ids"][batch], 50)
-            base = percentile(results["electra-tf"]["encode_ids"][batch], 50)
+            base = percentile(results[float32]["encode_ids"][batch], 50)
             print(f"- {variant} `encode_ids` vs the float32 export, batch {batch}: "
                   f"{base / ours:.2f}x")  # fmt: skip
-    for variant in [v for v in results if v.startswith("electra-tf")]:
+    for variant in [v for v in results if v.endswith(SESSION)]:
+        for batch in args.batches:
+            ours = percentile(results[variant]["encode_ids"][batch], 50)
+            function = percentile(results[variant[: -len(SESSION)]]["encode_ids"][batch], 50)
+            print(
+                f"- {variant} / the function runtime, batch {batch}: {ours / function:.2f} "
+                "(a Session's cost over `tf.saved_model.load`)"
+            )
+    for variant in [
+        v for v in results if v.startswith("electra-tf") and SIGNATURES[0] in results[v]
+    ]:
         for batch in args.batches:
             ours = percentile(results[variant]["encode_ids"][batch], 50)
             text = percentile(results[variant]["serving_default"][batch], 50)
