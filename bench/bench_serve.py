@@ -278,14 +278,13 @@ def session_timings(
     the function rows' ids, with this run's intra-op and inter-op threads."""
     import tensorflow as tf
 
-    v1 = tf.compat.v1
-    config = v1.ConfigProto(
+    from bench.serving_graph import signature_session
+
+    config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=args.threads[0], inter_op_parallelism_threads=args.threads[1]
     )
     timings = {}
-    with tf.Graph().as_default() as graph, v1.Session(graph=graph, config=config) as session:
-        meta = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], path)
-        signature = meta.signature_def["encode_ids"]
+    with signature_session(path, "encode_ids", config) as (session, signature):
         fetch = signature.outputs["replaced_probability"].name
         for batch, ids in ids_by_batch.items():
             feed = {signature.inputs[k].name: v for k, v in ids.items()}

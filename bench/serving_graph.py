@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import inspect
 import os
 import sys
@@ -78,14 +79,24 @@ def function_graph_ops(function, inputs: Mapping) -> collections.Counter:
     return count_ops(graphs)
 
 
+@contextlib.contextmanager
+def signature_session(path: str, signature: str, config=None):
+    """(a TF1 Session with the SavedModel at `path` loaded, as TF Serving runs it, the
+    `signature`'s SignatureDef); `config`: the Session's ConfigProto (None: TensorFlow's)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as graph, v1.Session(graph=graph, config=config) as session:
+        meta = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], path)
+        yield session, meta.signature_def[signature]
+
+
 def session_graph_ops(path: str, signature: str, inputs: Mapping) -> collections.Counter:
     """The ops that one Session::Run of a SavedModel signature ran, as TF Serving runs it."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
-        meta = v1.saved_model.loader.load(session, [v1.saved_model.tag_constants.SERVING], path)
-        signature_def = meta.signature_def[signature]
+    with signature_session(path, signature) as (session, signature_def):
         feeds = {signature_def.inputs[k].name: v for k, v in inputs.items()}
         fetches = {k: v.name for k, v in signature_def.outputs.items()}
         metadata = v1.RunMetadata()

@@ -72,10 +72,7 @@ for path in paths:
         "function_probs": encode(**feeds)["replaced_probability"].numpy().tolist(),
         "session_ops": serving_graph.session_graph_ops(path, "encode_ids", ids),
     }
-    v1 = tf.compat.v1
-    with tf.Graph().as_default() as graph, v1.Session(graph=graph) as session:
-        meta = v1.saved_model.loader.load(session, ["serve"], path)
-        signature = meta.signature_def["encode_ids"]
+    with serving_graph.signature_session(path, "encode_ids") as (session, signature):
         fetch = signature.outputs["replaced_probability"].name
         feed = {signature.inputs[k].name: v for k, v in ids.items()}
         result[path]["session_probs"] = session.run(fetch, feed).tolist()
@@ -326,8 +323,8 @@ def _float32_and_bfloat16_exports(tmp_path):
 def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer_norms(tmp_path):
     """The `--precision bfloat16` export: the encoder's dense kernels are constants of the graph
     (`InferenceOptions.constant_kernels`; only on a constant kernel does oneDNN run the fused
-    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (GELU, the
-    residual add) in both runtimes; and every LayerNorm is one `_MklLayerNorm` in bfloat16 (a
+    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (or GELU)
+    in both runtimes; and every LayerNorm is one `_MklLayerNorm` in bfloat16 (a
     float32 cast before it broke the pattern)."""
     _, paths = _float32_and_bfloat16_exports(tmp_path)
     ids = serving_graph.random_ids(3, 12, len(VOCAB))
