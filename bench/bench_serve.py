@@ -17,8 +17,8 @@ Rows, all from one run:
   `--no-xla`;
 - `<row> in a Session`: `encode_ids` of the default export (and of the `--precision` one) run
   by a `tf.compat.v1.Session` with the same thread settings, as TF Serving runs a SavedModel:
-  a Session rewrites the graph as the function runtime does except where docs/performance.md
-  says (it runs the residual adds apart);
+  a Session rewrites the graph in its own order (docs/performance.md, "The residual adds"),
+  so the two runtimes can run different kernels;
 - `baseline`: with `--baseline DIR`, the same export made by another checkout of the project
   (e.g. the commit before a change), timed by this script in a subprocess whose PYTHONPATH
   starts with DIR;

@@ -148,13 +148,12 @@ def test_onednn_runs_each_dense_norm_and_attention_product_fused(exported, runti
     fused_dense = {k: v for k, v in ops.items() if k.startswith("_MklNativeFusedMatMul[BiasAdd")}
     assert sum(fused_dense.values()) == counts["dense"], ops
     assert not UNFUSED & set(ops), ops
-    if runtime == "function":
-        # The residual adds (an AddN each, `TransformerLayer._sublayer_end`) are the attention
-        # output's and the output dense layer's post-ops. A Session (TF Serving's runtime)
-        # instantiates the function without that fusion and runs them as AddN.
-        residual_adds = 2 * LAYERS * EXPORTS[name][1]
-        assert ops.get("_MklNativeFusedMatMul[BiasAdd,Add]") == residual_adds, ops
-        assert "AddN" not in ops, ops
+    # The residual adds (an AddN each, `TransformerLayer._sublayer_end`) are the attention
+    # output's and the output dense layer's post-ops, in a Session (TF Serving's runtime) as in
+    # the function runtime: no inference dropout's Identity stands between product and sum.
+    residual_adds = 2 * LAYERS * EXPORTS[name][1]
+    assert ops.get("_MklNativeFusedMatMul[BiasAdd,Add]") == residual_adds, ops
+    assert "AddN" not in ops, ops
 
 
 @pytest.mark.parametrize("onednn", ["1", "0"])
@@ -323,9 +322,9 @@ def _float32_and_bfloat16_exports(tmp_path):
 def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer_norms(tmp_path):
     """The `--precision bfloat16` export: the encoder's dense kernels are constants of the graph
     (`InferenceOptions.constant_kernels`; only on a constant kernel does oneDNN run the fused
-    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (or GELU)
-    in both runtimes; and every LayerNorm is one `_MklLayerNorm` in bfloat16 (a
-    float32 cast before it broke the pattern)."""
+    bfloat16 product on AMX), so every dense layer is one fused kernel with its bias (and GELU
+    or the residual add) in both runtimes; and every LayerNorm is one `_MklLayerNorm` in
+    bfloat16 (a float32 cast before it broke the pattern)."""
     _, paths = _float32_and_bfloat16_exports(tmp_path)
     ids = serving_graph.random_ids(3, 12, len(VOCAB))
     feeds = {k: tf.constant(v) for k, v in ids.items()}
@@ -338,6 +337,9 @@ def test_bfloat16_export_fuses_every_product_with_constant_kernels_and_its_layer
         fused = sum(n for op, n in graph.items() if op.startswith("_MklNativeFusedMatMul"))
         # Query, key and value are one product per group and layer (`_joined_heads`).
         assert fused == counts["dense"] - 2 * LAYERS * DEFAULT_QUERY_BLOCKS, graph
+        residual_adds = 2 * LAYERS * DEFAULT_QUERY_BLOCKS
+        assert graph.get("_MklNativeFusedMatMul[BiasAdd,Add]") == residual_adds, graph
+        assert "AddN" not in graph, graph
         assert graph.get("_MklLayerNorm") == counts["layer_norms"], graph
         assert not {"MatMul", "_MklMatMul", "BiasAdd", "Erf", "Erfc"} & set(graph), graph
         assert not {"FusedBatchNormV3", "_MklNativeFusedBatchNormV3"} & set(graph), graph
