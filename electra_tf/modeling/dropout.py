@@ -113,10 +113,17 @@ class Dropout(keras.layers.Dropout):
             return self._stateless_seed()
 
     def call(self, inputs, training=None):
-        if not self.own_mask(inputs):
-            return super().call(inputs, training=training)
         if training is None:
             training = keras.backend.learning_phase()
+        static = tf.get_static_value(training)
+        if static is not None and not static:
+            # Inference: the input itself, not Keras's `tf.identity` of it. A Session (TF
+            # Serving's runtime) still holds that Identity when Grappler's remapper runs, and
+            # one between a dense product and the residual sum kept the sum out of the product's
+            # fused kernel (the function runtime prunes it first).
+            return inputs
+        if not self.own_mask(inputs):
+            return super().call(inputs, training=training)
 
         def dropped():
             return drop(inputs, self.call_seed(), self.rate)

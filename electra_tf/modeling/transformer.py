@@ -184,13 +184,7 @@ class TransformerLayer(ConfiguredLayer):
                     product, true_value(dense.bias), seed, dropout.rate, residual,
                     true_value(norm.gamma), true_value(norm.beta), norm.epsilon,
                 )  # fmt: skip
-        output = self._dense(dense, x, training, options)
-        if training is not False:
-            output = self.hidden_dropout(output, training=training)
-        # Where training is False the dropout is not called: at inference it is an Identity, which
-        # a Session (TF Serving's runtime) still holds between the product and the sum when the
-        # remapper runs, and so runs the sum apart (the function runtime prunes it first). With
-        # training None the dropout follows Keras's learning phase, as before.
+        output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
         # At inference an AddN, the same sum: Grappler's remapper fuses an Add into the product
         # before it (oneDNN's [BiasAdd, Add]) only where it can prove the two shapes equal,
         # which it cannot for the attention output's (its rows, counted at run time, come
