@@ -13,7 +13,9 @@ kernel per variable (`fused`), with the largest difference of the updated weight
 dropout at rate 0.1 on the attention probabilities of half the batch and on `--rows` / 2 rows
 of the hidden width (the step's two halves), as Keras draws it (a float32 uniform per element)
 and as `electra_tf.modeling.dropout` does (the bits made in the kernel that applies the
-mask), with the kept fraction.
+mask), with the kept fraction. Last, the attention weights' softmax and dropout in a bfloat16
+step: a float32 softmax with casts and the dropout apart (the form before), and
+`electra_tf.modeling.attention_softmax` (oneDNN's bfloat16 softmax, one backward cluster).
 
     python -m bench.fusion_micro [--rows 4096] [--hidden 256] [--ffn 1024] [--layers 12]
         [--vocab 30522] [--embedding 128] [--slots 608] [--per-seq 19] [--calls 30] [--rounds 2]
@@ -205,6 +207,27 @@ def compare_dropout(shapes: list, calls: int) -> None:
             print(f"  {label + ' ' + str(list(shape)):36s} {ms:8.2f} ms   {kept:.4f}", flush=True)
 
 
+def compare_attention_softmax(shape: tuple, calls: int) -> None:
+    """The attention weights' softmax and dropout 0.1 of a bfloat16 step, both forms from the
+    same bfloat16 scores (the casts from and to float32 around them are in both)."""
+    from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
+    from electra_tf.modeling.dropout import drop
+
+    scores = np.random.default_rng(5).normal(0.0, 3.0, shape)
+    scores[..., -shape[-1] // 4 :] -= 10000.0  # padded keys
+    seed = tf.constant([1, 2])
+    forms = {
+        "float32 softmax, casts": lambda s: drop(softmax_probs(s), seed, 0.1),
+        "attention_softmax": lambda s: softmax_dropout_train(s, seed, 0.1),
+    }
+    title = f"Attention softmax + dropout 0.1, bfloat16 {list(shape)}"
+    wrapped = {
+        name: lambda x, f=f: tf.cast(f(tf.cast(x, tf.bfloat16)), tf.float32)
+        for name, f in forms.items()
+    }
+    compare(title, wrapped, tf.constant(scores, tf.float32), [], calls, first="float32 softmax")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4096, help="batch x sequence length")
@@ -252,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         half = args.rows // 2
         seq = min(128, half)
         compare_dropout([(half // seq, heads, seq, seq), (half, args.hidden)], args.calls)
+        compare_attention_softmax((half // seq, heads, seq, seq), args.calls)
     intra = tf.config.threading.get_intra_op_parallelism_threads()
     print(f"intra-op threads {intra or 'TF default'}, load average {os.getloadavg()[0]:.2f}")
     return 0

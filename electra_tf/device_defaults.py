@@ -115,6 +115,23 @@ def cpu_has_native_bf16() -> bool:
     return any(flag in cpu_flags() for flag in BF16_CPU_FLAGS)
 
 
+@functools.lru_cache(maxsize=1)
+def onednn_runs_bfloat16() -> bool:
+    """Whether TensorFlow runs bfloat16 ops through oneDNN in this process: oneDNN on
+    (`TF_ENABLE_ONEDNN_OPTS`, read when TensorFlow is imported) and TensorFlow's own test of the
+    CPU (AVX512F or AVX-NE-CONVERT). oneDNN computes a bfloat16 softmax or LayerNorm in float32
+    and rounds once, and fuses bfloat16 products with their bias and GELU; on an AVX2-only CPU
+    TensorFlow runs bfloat16 with its Eigen kernels, one op at a time, and a bfloat16 softmax
+    of 128 keys there was off by 8% of a probability."""
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port, _pywrap_utils
+
+    return bool(
+        _pywrap_util_port.IsMklEnabled()
+        and _pywrap_utils.IsDataTypeSupportedByOneDNNOnThisCPU(tf.bfloat16.as_datatype_enum)
+    )
+
+
 def accelerator() -> tuple[str, tuple[int, int] | None]:
     """("tpu" | "gpu" | "cpu", GPU compute capability or None) for the process's devices
     (`probe_machine`'s question).

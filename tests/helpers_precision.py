@@ -17,20 +17,7 @@ import tensorflow as tf
 
 BF16_UNIT = 2.0**-8
 
-
-def onednn_runs_bfloat16() -> bool:
-    """Whether TensorFlow runs bfloat16 ops through oneDNN in this process, and so fuses them
-    (a product with its bias and GELU, `_MklLayerNorm`): oneDNN on (`TF_ENABLE_ONEDNN_OPTS`)
-    and TensorFlow's own test of the CPU (AVX512F or AVX-NE-CONVERT). On an AVX2-only CPU
-    TensorFlow runs bfloat16 with its Eigen kernels, one op at a time, and fuses none."""
-    from tensorflow.python.util import _pywrap_util_port, _pywrap_utils
-
-    return bool(
-        _pywrap_util_port.IsMklEnabled()
-        and _pywrap_utils.IsDataTypeSupportedByOneDNNOnThisCPU(tf.bfloat16.as_datatype_enum)
-    )
-
-
+# Why a check of fused bfloat16 kernels skips (`device_defaults.onednn_runs_bfloat16` false).
 NO_ONEDNN_BFLOAT16 = (
     "TensorFlow runs no bfloat16 op through oneDNN here (oneDNN off, or a CPU without AVX512F "
     "or AVX-NE-CONVERT): it fuses no bfloat16 kernel"

@@ -22,9 +22,9 @@ from helpers_precision import (
     NO_ONEDNN_BFLOAT16,
     bf16_values_and_gradients,
     max_error,
-    onednn_runs_bfloat16,
 )
 
+from electra_tf.device_defaults import onednn_runs_bfloat16
 from electra_tf.modeling.utils import dense_rows
 
 
@@ -216,3 +216,54 @@ def test_bfloat16_training_layer_ends_each_sublayer_in_one_cluster():
     ops = [op.name for op in graph.get_operations() if op.type in ("BiasAdd", "BiasAddGrad")]
     assert not [name for name in ops if "output_dense" in name or "attention_output" in name], ops
     assert any("residual_norm_train" in op.name for op in graph.get_operations())
+    # The attention weights' softmax and dropout: one form each way (`attention_softmax`).
+    assert any("attention_softmax_train" in op.name for op in graph.get_operations())
+
+
+def _scores_and_padding(rng, shape):
+    """bf16 scores [batch, heads, seq, seq] with the last quarter of the keys padded (-10000)."""
+    scores = rng.normal(0.0, 3.0, shape).astype(np.float32)
+    scores[..., -shape[-1] // 4 :] -= 10000.0
+    return tf.cast(scores, tf.bfloat16)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1])
+def test_attention_softmax_cluster_matches_float64(rate):
+    from electra_tf.modeling.attention_softmax import softmax_dropout_train
+    from electra_tf.modeling.dropout import keep_mask
+
+    rng = np.random.default_rng(9)
+    shape = (2, 3, 8, 16)
+    scores = _scores_and_padding(rng, shape)
+    seed = tf.constant([5, 6]) if rate else None
+    keep = keep_mask(shape, rate, seed) if rate else None
+    # The forward's scale, rounded to bf16 as tf.nn.dropout rounds it.
+    scale = float(tf.cast(tf.constant(1.0 / (1.0 - rate), tf.bfloat16), tf.float64))
+    upstream = rng.normal(size=shape)
+
+    def plain(values):
+        probs = tf.nn.softmax(values[0], axis=-1)
+        return probs if keep is None else tf.where(keep, probs * scale, tf.zeros_like(probs))
+
+    checks = bf16_values_and_gradients(
+        lambda: softmax_dropout_train(scores, seed, rate), plain, [scores], [], upstream
+    )
+    for name, (actual, reference) in zip(("probs", "dscores"), checks, strict=True):
+        assert max_error(actual, reference) < 4 * BF16_UNIT, name
+    dscores = np.asarray(tf.cast(checks[1][0], tf.float32))
+    assert not dscores[..., -shape[-1] // 4 :].any()  # padded keys: weight 0, no gradient
+    if keep is not None:  # dropped weights: 0 forward
+        assert not np.asarray(tf.cast(checks[0][0], tf.float32))[~keep.numpy()].any()
+
+
+@pytest.mark.skipif(not onednn_runs_bfloat16(), reason=NO_ONEDNN_BFLOAT16)
+def test_attention_softmax_forward_is_the_float32_softmax_rounded_once():
+    """oneDNN's bfloat16 softmax computes in float32 and rounds once: the weights of the form
+    the step had (float32 softmax, then a cast), to the last bit."""
+    from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
+
+    scores = _scores_and_padding(np.random.default_rng(10), (4, 4, 32, 128))
+    np.testing.assert_array_equal(
+        np.asarray(tf.cast(softmax_dropout_train(scores, None, 0.0), tf.float32)),
+        np.asarray(tf.cast(softmax_probs(scores), tf.float32)),
+    )

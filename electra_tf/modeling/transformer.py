@@ -9,6 +9,7 @@ import tf_keras as keras
 
 from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.graph_values import graph_constant, per_graph, true_value
 from electra_tf.modeling.residual_norm import residual_norm_train
@@ -117,15 +118,20 @@ class TransformerLayer(ConfiguredLayer):
         x = tf.reshape(rows, [batch, seq_len, self.num_heads, self.head_size])
         return tf.transpose(x, [0, 2, 1, 3])
 
-    def _probs(self, query, key, attention_bias):
-        """Softmax of the scaled, masked scores of `query` against `key`, in their dtype."""
+    def _probs(self, query, key, attention_bias, training=False):
+        """Softmax of the scaled, masked scores of `query` against `key`, in their dtype, then
+        (in training) the attention dropout."""
         scores = tf.matmul(query, key, transpose_b=True)  # [batch, heads, seq_q, seq_k]
         # The scale and the bias in this form (a scalar Mul, then an AddV2 of a
         # [batch, 1, ., seq_k] tensor) are what oneDNN fuses into the product.
         scores = scores * (1.0 / math.sqrt(self.head_size))
         scores = scores + tf.cast(attention_bias, scores.dtype)
-        # Softmax in float32 so that mixed precision does not lose the -10000 padding bias.
-        return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), scores.dtype)
+        dropout = self.attention_dropout
+        if training is True and scores.dtype == tf.bfloat16:
+            if dropout.own_mask(scores) or dropout.rate == 0:
+                seed = dropout.call_seed() if dropout.rate else None
+                return softmax_dropout_train(scores, seed, dropout.rate)
+        return dropout(softmax_probs(scores), training=training)
 
     def _dense(self, layer, rows, training, options, activation=None):
         """`dense_rows` of one of this layer's dense sublayers, in `options`' kernel form."""
@@ -153,7 +159,7 @@ class TransformerLayer(ConfiguredLayer):
     ):
         query = self._split_heads(self._dense(self.query, rows, training, options), batch, seq_len)
         key = self._split_heads(self._dense(self.key, rows, training, options), batch, seq_len)
-        return self._probs(query, key, attention_bias)
+        return self._probs(query, key, attention_bias, training)
 
     def _output_rows(self, probs, value, rows, training, options):
         """Attention output, both LayerNorms and the feed-forward network, on the query rows;
@@ -217,10 +223,7 @@ class TransformerLayer(ConfiguredLayer):
             value = self._split_heads(
                 self._dense(self.value, rows, training, options), batch, seq_len
             )
-            probs = self.attention_dropout(
-                self._attention_probs(rows, batch, seq_len, attention_bias, training, options),
-                training=training,
-            )
+            probs = self._attention_probs(rows, batch, seq_len, attention_bias, training, options)
         output = self._output_rows(probs, value, rows, training, options)
         return tf.reshape(output, [batch, seq_len, self.config.hidden_size])
 
