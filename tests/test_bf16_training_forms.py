@@ -175,7 +175,8 @@ def test_residual_norm_cluster_matches_float64(rate):
 def test_bfloat16_training_layer_ends_each_sublayer_in_one_cluster():
     """A bfloat16 training step of a TransformerLayer (dropout off) against the same layer in
     float32: the residual clusters carry the two bias-free outputs (no BiasAdd left for them),
-    with the same outputs and gradients within bf16's error."""
+    query, key and value are one product, with the same outputs and gradients within bf16's
+    error."""
     from electra_tf.config import ModelConfig
     from electra_tf.modeling.transformer import TransformerLayer
 
@@ -203,6 +204,11 @@ def test_bfloat16_training_layer_ends_each_sublayer_in_one_cluster():
     assert max_error(out16, out32) < 8 * BF16_UNIT
     for name in ("output_dense/bias:0", "attention_output/bias:0", "output_layer_norm/gamma:0"):
         assert max_error(grads16[name], grads32[name]) < 16 * BF16_UNIT, name
+    # Query, key and value from one joined product: each variable gets its own gradient (the
+    # key's bias has none: it shifts a query's scores all alike, which the softmax ignores).
+    for name in ("query/kernel:0", "key/kernel:0", "value/kernel:0", "query/bias:0",
+                 "value/bias:0"):  # fmt: skip
+        assert max_error(grads16[name], grads32[name]) < 16 * BF16_UNIT, name
 
     @tf.function
     def step(x):
@@ -216,6 +222,9 @@ def test_bfloat16_training_layer_ends_each_sublayer_in_one_cluster():
     ops = [op.name for op in graph.get_operations() if op.type in ("BiasAdd", "BiasAddGrad")]
     assert not [name for name in ops if "output_dense" in name or "attention_output" in name], ops
     assert any("residual_norm_train" in op.name for op in graph.get_operations())
+    products = [op.name for op in graph.get_operations() if op.type == "MatMul"]
+    assert [name for name in products if "query_key_value" in name], products
+    assert not [name for name in products if "/query/" in name or "/key/" in name], products
     # The attention weights' softmax and dropout: one form each way (`attention_softmax`).
     assert any("attention_softmax_train" in op.name for op in graph.get_operations())
 

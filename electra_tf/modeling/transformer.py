@@ -26,11 +26,13 @@ from electra_tf.modeling.utils import (
     layer_norm_map,
     require_built,
     truncated_normal,
+    unfused_bias_add,
 )
 
 
 def _joins_kernels(training, options: InferenceOptions) -> bool:
-    """Whether a layer's query, key and value are one product (`_joined_heads`)."""
+    """Whether a layer's query, key and value are one product of constant kernels at
+    inference (`_joined_heads`)."""
     return options.constant_kernels and not training and not tf.executing_eagerly()
 
 
@@ -133,6 +135,12 @@ class TransformerLayer(ConfiguredLayer):
                 return softmax_dropout_train(scores, seed, dropout.rate)
         return dropout(softmax_probs(scores), training=training)
 
+    def _joins_in_training(self, training, rows) -> bool:
+        """Whether a training step takes `_joined_heads_train`: in bfloat16 (where the products
+        are kept apart from their biases anyway), with Keras's own linear Dense layers."""
+        layers = (self.query, self.key, self.value)
+        return training is True and rows.dtype == tf.bfloat16 and all(map(is_linear, layers))
+
     def _dense(self, layer, rows, training, options, activation=None):
         """`dense_rows` of one of this layer's dense sublayers, in `options`' kernel form."""
         return dense_rows(layer, rows, training, activation, options.constant_kernels)
@@ -150,6 +158,25 @@ class TransformerLayer(ConfiguredLayer):
         )
         with tf.name_scope("query_key_value"):
             product = tf.nn.bias_add(tf.matmul(rows, kernel), bias)  # [n, 3 * hidden]
+        return self._split_joined(product, batch, seq_len)
+
+    def _joined_heads_train(self, rows, batch, seq_len):
+        """`_joined_heads` in a bfloat16 training step: the three kernels joined [hidden,
+        3 * hidden] from the variables, one bfloat16 product (its gradient one product for the
+        rows, one for the joined kernel, where three of each were), the float32 biases added
+        apart from it (`unfused_bias_add`, as `dense_rows` adds them in bfloat16). The same
+        values as three `dense_rows` (each output column is its kernel column's product)."""
+        layers = (self.query, self.key, self.value)
+        with tf.name_scope("query_key_value"):
+            kernel = tf.concat([true_value(layer.kernel) for layer in layers], axis=1)
+            bias = tf.concat([true_value(layer.bias) for layer in layers], axis=0)
+            product = tf.matmul(rows, tf.cast(kernel, rows.dtype))  # [n, 3 * hidden]
+            product = unfused_bias_add(product, bias)
+        return self._split_joined(product, batch, seq_len)
+
+    def _split_joined(self, product, batch, seq_len):
+        """[batch * seq_len, 3 * hidden] (query | key | value) -> three [batch, heads,
+        seq_len, head_size]."""
         # [batch, seq_len, 3, heads, head_size] -> [3, batch, heads, seq_len, head_size]
         parts = tf.reshape(product, [batch, seq_len, 3, self.num_heads, self.head_size])
         return tuple(tf.unstack(tf.transpose(parts, [2, 0, 3, 1, 4]), 3, axis=0))
@@ -219,6 +246,9 @@ class TransformerLayer(ConfiguredLayer):
         if _joins_kernels(training, options):
             query, key, value = self._joined_heads(rows, batch, seq_len)
             probs = self._probs(query, key, attention_bias)
+        elif self._joins_in_training(training, rows):
+            query, key, value = self._joined_heads_train(rows, batch, seq_len)
+            probs = self._probs(query, key, attention_bias, training)
         else:
             value = self._split_heads(
                 self._dense(self.value, rows, training, options), batch, seq_len
