@@ -276,3 +276,18 @@ def test_attention_softmax_forward_is_the_float32_softmax_rounded_once():
         np.asarray(tf.cast(softmax_dropout_train(scores, None, 0.0), tf.float32)),
         np.asarray(tf.cast(softmax_probs(scores), tf.float32)),
     )
+
+
+def test_attention_softmax_inside_xla_keeps_the_float32_softmax():
+    """Compiled by XLA (`jit_compile`), a bfloat16 softmax would be XLA's own, which rounds its
+    exponentials and their sum to bfloat16: there the form keeps the float32 softmax."""
+    from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
+
+    scores = _scores_and_padding(np.random.default_rng(11), (4, 4, 32, 128))
+    compiled = tf.function(jit_compile=True)
+    np.testing.assert_array_equal(
+        np.asarray(
+            tf.cast(compiled(lambda s: softmax_dropout_train(s, None, 0.0))(scores), tf.float32)
+        ),
+        np.asarray(tf.cast(compiled(softmax_probs)(scores), tf.float32)),
+    )

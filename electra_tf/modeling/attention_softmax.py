@@ -5,12 +5,12 @@ A bfloat16 step computed the attention weights as the float32 step does, with ca
 them: scores cast to float32, oneDNN's softmax, the weights cast back to bfloat16, the dropout's
 cluster; backward the dropout's cluster, a cast to float32, four TensorFlow ops of the softmax's
 gradient (each a pass over [batch, heads, seq, seq]) and a cast back. Here the forward is
-oneDNN's softmax on the bfloat16 scores where TensorFlow runs bfloat16 through oneDNN (it
-computes in float32 and rounds once: the values of the float32 softmax cast to bfloat16, equal
-to the last bit on a Zen 5; elsewhere the float32 softmax with its casts), then the dropout's
-cluster; the backward reads the bfloat16 weights and the upstream gradient once and writes the
-scores' gradient, the dropout mask made again inside it from the call's seed (`dropout.kept`)
-and the arithmetic in float32:
+oneDNN's softmax on the bfloat16 scores where TensorFlow runs bfloat16 through oneDNN on the
+CPU (it computes in float32 and rounds once: the values of the float32 softmax cast to
+bfloat16, equal to the last bit on a Zen 5; elsewhere, and on a GPU, a TPU or inside XLA, the
+float32 softmax with its casts), then the dropout's cluster; the backward reads the bfloat16
+weights and the upstream gradient once and writes the scores' gradient, the dropout mask made
+again inside it from the call's seed (`dropout.kept`) and the arithmetic in float32:
 
     g = dropout(dy),   dscores = p * (g - sum(g * p, over keys)).
 
@@ -26,6 +26,7 @@ float32 steps and inference keep the form they had (`softmax_probs`, then the dr
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from electra_tf.device_defaults import onednn_runs_bfloat16
 from electra_tf.modeling.dropout import drop, kept, threshold_tensor
@@ -52,7 +53,7 @@ def softmax_dropout_train(scores: tf.Tensor, seed: tf.Tensor | None, rate: float
     Returns:
         bfloat16 like `scores`: the dropped attention weights.
     """
-    if onednn_runs_bfloat16():
+    if _onednn_softmax_here():
         # oneDNN's bfloat16 softmax: float32 inside, one rounding out.
         probs_of = lambda s: tf.nn.softmax(s, axis=-1)  # noqa: E731
     else:
@@ -75,6 +76,20 @@ def softmax_dropout_train(scores: tf.Tensor, seed: tf.Tensor | None, rate: float
         return output, backward
 
     return forward(scores)
+
+
+def _onednn_softmax_here() -> bool:
+    """Whether a bfloat16 softmax traced here runs as oneDNN's kernel: TensorFlow runs bfloat16
+    through oneDNN, the process has no GPU or TPU to place it on, and it is not inside a
+    function compiled by XLA (`jit_compile`), whose own bfloat16 softmax rounds its
+    exponentials and their sum to bfloat16 before dividing."""
+    graph = tf.compat.v1.get_default_graph()
+    return (
+        onednn_runs_bfloat16()
+        and not tf.config.list_logical_devices("GPU")
+        and not tf.config.list_logical_devices("TPU")
+        and not control_flow_util.GraphOrParentsInXlaContext(graph)
+    )
 
 
 def _softmax_grad32(probs, upstream32):
