@@ -1,5 +1,6 @@
 """bench/fusion_micro.py: every form it times computes what the Keras form does (values and
-gradients), and both optimizer updates the same weights, on small shapes."""
+gradients), and both optimizer updates the same weights, on small shapes; the two bfloat16
+attention softmax forms agree within bf16's rounding."""
 
 import re
 
@@ -46,6 +47,11 @@ def test_every_form_matches_the_keras_form(capsys):
         "softmax, written gradient",
         "written out",
         "ApplyAdam kernel",
+        "float32 softmax, casts",
+        "attention_softmax",
     ]
+    # The attention rows are bfloat16 forms: they differ by bf16 roundings (a few units of
+    # 2^-8 of the largest value), the others by float32's.
+    attention = {"float32 softmax, casts", "attention_softmax"}
     for name, _, diff in rows:
-        assert float(diff) < 1e-5, (name, diff)
+        assert float(diff) < (4 * 2.0**-8 if name in attention else 1e-5), (name, diff)
