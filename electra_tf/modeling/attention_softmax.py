@@ -28,7 +28,7 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from electra_tf.device_defaults import onednn_runs_bfloat16
+from electra_tf.device_defaults import accelerator, onednn_runs_bfloat16
 from electra_tf.modeling.dropout import drop, kept, threshold_tensor
 from electra_tf.modeling.utils import fused
 
@@ -80,14 +80,14 @@ def softmax_dropout_train(scores: tf.Tensor, seed: tf.Tensor | None, rate: float
 
 def _onednn_softmax_here() -> bool:
     """Whether a bfloat16 softmax traced here runs as oneDNN's kernel: TensorFlow runs bfloat16
-    through oneDNN, the process has no GPU or TPU to place it on, and it is not inside a
-    function compiled by XLA (`jit_compile`), whose own bfloat16 softmax rounds its
-    exponentials and their sum to bfloat16 before dividing."""
+    through oneDNN, the process runs on the CPU (`accelerator`: no GPU, no TPU, local or named
+    by `ELECTRA_ACCELERATOR`), and it is not inside a function compiled by XLA (`jit_compile`),
+    whose own bfloat16 softmax rounds its exponentials and their sum to bfloat16 before
+    dividing."""
     graph = tf.compat.v1.get_default_graph()
     return (
         onednn_runs_bfloat16()
-        and not tf.config.list_logical_devices("GPU")
-        and not tf.config.list_logical_devices("TPU")
+        and accelerator()[0] == "cpu"
         and not control_flow_util.GraphOrParentsInXlaContext(graph)
     )
 

@@ -105,10 +105,18 @@ class Dropout(keras.layers.Dropout):
             and keep_threshold(self.rate) is not None
         )
 
-    def call_seed(self) -> tf.Tensor:
+    def applies_in_kernel(self, inputs: tf.Tensor) -> bool:
+        """Whether a caller's fused kernel may apply this layer's dropout to `inputs` itself,
+        from `call_seed` with `kept` and the scale 1 / (1 - rate) (`residual_norm`,
+        `attention_softmax`): where the layer makes its own mask, or drops nothing."""
+        return self.own_mask(inputs) or self.rate == 0
+
+    def call_seed(self) -> tf.Tensor | None:
         """int32 [2]: the seed of one training call's mask (one draw of the layer's generator),
-        for a caller that applies the mask inside a fused kernel of its own with `kept` and the
-        scale 1 / (1 - rate) (`residual_norm`). Only where `own_mask(inputs)`."""
+        for a caller that applies the mask inside a fused kernel of its own; None at rate 0
+        (no mask). Only where `applies_in_kernel(inputs)`."""
+        if self.rate == 0:
+            return None
         with tf.name_scope("dropout"):
             return self._stateless_seed()
 

@@ -129,10 +129,9 @@ class TransformerLayer(ConfiguredLayer):
         scores = scores * (1.0 / math.sqrt(self.head_size))
         scores = scores + tf.cast(attention_bias, scores.dtype)
         dropout = self.attention_dropout
-        if training is True and scores.dtype == tf.bfloat16:
-            if dropout.own_mask(scores) or dropout.rate == 0:
-                seed = dropout.call_seed() if dropout.rate else None
-                return softmax_dropout_train(scores, seed, dropout.rate)
+        bfloat16_step = training is True and scores.dtype == tf.bfloat16
+        if bfloat16_step and dropout.applies_in_kernel(scores):
+            return softmax_dropout_train(scores, dropout.call_seed(), dropout.rate)
         return dropout(softmax_probs(scores), training=training)
 
     def _joins_in_training(self, training, rows) -> bool:
@@ -209,12 +208,11 @@ class TransformerLayer(ConfiguredLayer):
         bfloat16_step = training is True and x.dtype == tf.bfloat16
         if bfloat16_step and norm.variable_dtype == "float32":
             dropout = self.hidden_dropout
-            if is_linear(dense) and (dropout.own_mask(x) or dropout.rate == 0):
+            if is_linear(dense) and dropout.applies_in_kernel(x):
                 with tf.name_scope(dense.name):
                     product = tf.matmul(x, tf.cast(dense.kernel, tf.bfloat16))  # [n, units]
-                seed = dropout.call_seed() if dropout.rate else None
                 return residual_norm_train(
-                    product, true_value(dense.bias), seed, dropout.rate, residual,
+                    product, true_value(dense.bias), dropout.call_seed(), dropout.rate, residual,
                     true_value(norm.gamma), true_value(norm.beta), norm.epsilon,
                 )  # fmt: skip
         output = self.hidden_dropout(self._dense(dense, x, training, options), training=training)
