@@ -63,6 +63,138 @@ def test_dense_rows_under_mixed_bfloat16_matches_float64(activation):
         assert max_error(actual, reference) < 8 * BF16_UNIT, name
 
 
+def _bias_gradient_error(dbias, upstream) -> float:
+    """max_error of a bias gradient against float64's sum over rows of the bf16-rounded
+    upstream gradient (the values the step's other gradients use)."""
+    rounded = np.asarray(tf.cast(tf.cast(upstream, tf.bfloat16), tf.float64))
+    return max_error(dbias, rounded.reshape(-1, rounded.shape[-1]).sum(axis=0))
+
+
+def test_bias_add_train_sums_its_gradient_in_float32():
+    """Over 2,048 rows TensorFlow's bfloat16 BiasAddGrad (a bfloat16 accumulator) is off by
+    several percent; `bias_add_train` sums the same bf16 gradient in float32 (the control
+    below shows the check can see the difference)."""
+    from electra_tf.modeling.utils import bias_add_train
+
+    rng = np.random.default_rng(9)
+    product = tf.cast(rng.normal(size=(2048, 96)).astype(np.float32), tf.bfloat16)
+    bias = tf.Variable(rng.normal(size=96).astype(np.float32))
+    upstream = rng.normal(0.05, 1.0, (2048, 96)).astype(np.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(product)
+        out = bias_add_train(product, bias)
+        loss = tf.reduce_sum(tf.cast(out, tf.float32) * upstream)
+    dproduct, dbias = tape.gradient(loss, [product, bias])
+    assert dproduct.dtype == tf.bfloat16 and dbias.dtype == tf.float32
+    np.testing.assert_array_equal(
+        np.asarray(tf.cast(dproduct, tf.float32)),
+        np.asarray(tf.cast(tf.cast(upstream, tf.bfloat16), tf.float32)),
+    )
+    assert _bias_gradient_error(dbias, upstream) < 1e-6
+    control = tf.raw_ops.BiasAddGrad(out_backprop=tf.cast(upstream, tf.bfloat16))
+    assert _bias_gradient_error(control, upstream) > 4 * BF16_UNIT
+
+
+def _bias_add_grads(graph_def) -> collections.Counter:
+    """Counter of the dtype names of every BiasAddGrad in a GraphDef and its functions."""
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return collections.Counter(
+        tf.dtypes.as_dtype(n.attr["T"].type).name for n in nodes if n.op == "BiasAddGrad"
+    )
+
+
+def test_bfloat16_pretraining_step_sums_no_bias_gradient_in_bfloat16(tmp_path):
+    """Every bias gradient of a mixed_bfloat16 pre-training step (query/key/value, the
+    embedding projection, both heads, Electric's cloze head aside) is summed in float32: the
+    traced step holds no bfloat16 BiasAddGrad, where a Keras Dense differentiated under the
+    same policy holds one."""
+    from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
+
+    from electra_tf.config import pretraining_config
+    from electra_tf.runs.pretraining_model import build_model, build_optimizer
+
+    write_bert_layout_vocab(tmp_path)
+    hparams = {**TINY_RUN_HPARAMS, "train_batch_size": 4, "precision": "mixed_bfloat16"}
+    hparams["embedding_size"] = 24  # not the hidden size: the step has an embedding projection
+    config = pretraining_config("bias_grads", str(tmp_path), hparams=hparams)
+    seq = config.max_seq_length
+    keras.mixed_precision.set_global_policy(config.precision)
+    try:
+        model = build_model(config)
+        model.compile(optimizer=build_optimizer(config, model))
+        spec = {
+            k: tf.TensorSpec([4, seq], tf.int32) for k in ("input_ids", "input_mask", "segment_ids")
+        }
+        step = tf.function(model.train_step).get_concrete_function(spec)
+        assert model.discriminator.embeddings_project is not None
+        dense = _dense(8, 16, seed=12)
+
+        @tf.function
+        def keras_dense(rows):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.cast(dense(rows), tf.float32))
+            return tape.gradient(loss, dense.bias)
+
+        control = keras_dense.get_concrete_function(tf.TensorSpec([4, 16], tf.bfloat16))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    counts = _bias_add_grads(step.graph.as_graph_def())
+    assert counts["float32"] > 0 and counts["bfloat16"] == 0, counts
+    assert _bias_add_grads(control.graph.as_graph_def())["bfloat16"] == 1
+
+
+@pytest.mark.parametrize("head", ["discriminator", "generator"])
+def test_pretraining_heads_in_a_bfloat16_step_match_float64(head):
+    """The heads' dense layers in a bfloat16 training step (`dense_train_rows`: the product
+    apart, GELU and the bias in one cluster, the bias gradients in float32) on 2,048 rows,
+    against float64."""
+    from electra_tf.config import ModelConfig
+    from electra_tf.modeling.embeddings import Embeddings
+    from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
+
+    config = ModelConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, embedding_size=8,
+    )  # fmt: skip
+    rng = np.random.default_rng(13)
+    hidden = tf.cast(rng.normal(0.0, 1.0, (16, 128, 16)).astype(np.float32), tf.bfloat16)
+    if head == "discriminator":
+        layer = DiscriminatorHead(config, dtype="mixed_bfloat16")
+        dense, last = layer.dense, layer.dense_1
+        upstream = rng.normal(0.1, 1.0, (16, 128))
+        call = lambda: layer(hidden, training=True)  # noqa: E731
+    else:
+        embeddings = Embeddings(config, dtype="mixed_bfloat16")
+        embeddings.build(None)
+        layer = GeneratorHead(config, embeddings, dtype="mixed_bfloat16")
+        dense, last = layer.dense, None
+        upstream = rng.normal(0.1, 1.0, (16, 128, 40))
+        call = lambda: tf.cast(layer(hidden, training=True), tf.bfloat16)  # noqa: E731
+    for variable in (dense.kernel, dense.bias):
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype(np.float32))
+    variables = [dense.kernel, dense.bias]
+
+    def plain(values):
+        x64, kernel64, bias64 = values[:3]
+        h = _gelu64(tf.einsum("bsw,wu->bsu", x64, kernel64) + bias64)
+        if head == "discriminator":
+            return tf.einsum("bsu,uo->bso", h, values[3])[..., 0] + values[4][0]
+        mean = tf.reduce_mean(h, -1, keepdims=True)
+        var = tf.reduce_mean(tf.square(h - mean), -1, keepdims=True)
+        normed = (h - mean) * tf.math.rsqrt(var + 1e-12) * tf.cast(
+            layer.layer_norm.gamma, tf.float64
+        ) + tf.cast(layer.layer_norm.beta, tf.float64)
+        table = tf.cast(embeddings.word_embeddings, tf.float64)
+        return tf.einsum("bse,ve->bsv", normed, table) + tf.cast(layer.output_bias, tf.float64)
+
+    if last is not None:
+        variables += [last.kernel, last.bias]
+    checks = bf16_values_and_gradients(call, plain, [hidden], variables, upstream)
+    names = ("y", "dhidden", "dkernel", "dbias", "dkernel_1", "dbias_1")
+    for name, (actual, reference) in zip(names, checks, strict=False):
+        assert max_error(actual, reference) < 8 * BF16_UNIT, (head, name)
+
+
 def _fused_products(training: bool) -> collections.Counter:
     """Op types containing 'MatMul' in the graph Grappler runs for a bf16 dense layer with
     GELU, forward and gradients: the ops under the layer's own (unique) name, so that graphs
@@ -291,3 +423,55 @@ def test_attention_softmax_inside_xla_keeps_the_float32_softmax():
         ),
         np.asarray(tf.cast(compiled(softmax_probs)(scores), tf.float32)),
     )
+
+
+def test_span_qa_head_sums_its_token_level_bias_gradients_in_float32():
+    """SQuAD's head in a bfloat16 training step: the dense layers over every token (the start
+    logits, the joint end layer and its GELU layer) sum their bias gradients in float32; only
+    the answerable classifier's, over one [CLS] row per example and fed float32, keeps Keras's
+    layer."""
+    from electra_tf.finetuning.heads import SpanQAHead
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        head = SpanQAHead("squad")
+        batch, length, width = 2, 16, 8
+        encoder = {
+            "sequence_output": tf.TensorSpec([batch, length, width], tf.bfloat16),
+            "cls_output": tf.TensorSpec([batch, width], tf.bfloat16),
+        }
+        features = {
+            "input_mask": tf.TensorSpec([batch, length], tf.int32),
+            "segment_ids": tf.TensorSpec([batch, length], tf.int32),
+            "squad_start_positions": tf.TensorSpec([batch], tf.int32),
+            "squad_end_positions": tf.TensorSpec([batch], tf.int32),
+            "squad_is_impossible": tf.TensorSpec([batch], tf.int32),
+        }
+
+        def zeros(spec):
+            return tf.zeros(spec.shape, spec.dtype)
+
+        # Built before the traced step, so that the tape watches the variables.
+        head(tf.nest.map_structure(zeros, encoder), tf.nest.map_structure(zeros, features), True)
+
+        @tf.function
+        def step(encoder_outputs, features):
+            with tf.GradientTape() as tape:
+                losses, _ = head(encoder_outputs, features, training=True)
+                loss = tf.reduce_sum(losses)
+            return tape.gradient(loss, head.trainable_variables)
+
+        graph_def = step.get_concrete_function(encoder, features).graph.as_graph_def()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    bf16 = [
+        n.name for n in nodes
+        if n.op == "BiasAddGrad" and n.attr["T"].type == tf.bfloat16.as_datatype_enum
+    ]  # fmt: skip
+    print([(n.name, n.attr["T"].type) for n in nodes if n.op == "BiasAddGrad"])
+    assert bf16 and all("dense_2" in name or "dense_3" in name for name in bf16), bf16
+    # The start and end layers' sums in float32 (qa_hidden's is inside its GELU cluster).
+    float32_sums = [n.name for n in nodes if n.op == "BiasAddGrad" and n.name not in bf16]
+    assert len(float32_sums) == 2, float32_sums
+    assert any("gelu_train" in n.name for n in nodes)

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.modeling.dropout import Dropout
+from electra_tf.modeling.utils import dense_train_rows
 
 
 def _dense(units: int, name: str, activation=None, dtype=None) -> keras.layers.Dense:
@@ -113,7 +114,9 @@ class ClassificationHead(_Head):
 
     def logits(self, cls_output: tf.Tensor, training: bool = False) -> tf.Tensor:
         """float32 logits [B, C] of the sentence vectors [B, H]."""
-        return _float32(self.dense(self.dropout(cls_output, training=training)))
+        return _float32(
+            dense_train_rows(self.dense, self.dropout(cls_output, training=training), training)
+        )
 
     def call(self, encoder_outputs, features, training=False):
         logits = self.logits(pooled_output(encoder_outputs, features, self.pooling), training)
@@ -142,7 +145,7 @@ class RegressionHead(_Head):
 
     def call(self, encoder_outputs, features, training=False):
         reprs = self.dropout(encoder_outputs["cls_output"], training=training)
-        predictions = _float32(tf.squeeze(self.dense(reprs), -1))  # [B]
+        predictions = _float32(tf.squeeze(dense_train_rows(self.dense, reprs, training), -1))  # [B]
         targets = tf.cast(features[f"{self.task_name}_targets"], predictions.dtype)
         losses = tf.square(predictions - targets)
         return losses, {"loss": losses, "predictions": predictions, "targets": targets}
@@ -164,7 +167,7 @@ class TaggingHead(_Head):
         sequence = encoder_outputs["sequence_output"]  # [B, L, H]
         positions = features[f"{self.task_name}_labeled_positions"]  # [B, P]
         reprs = tf.gather(sequence, positions, batch_dims=1)  # [B, P, H]
-        logits = _float32(self.dense(reprs))  # [B, P, C]
+        logits = _float32(dense_train_rows(self.dense, reprs, training))  # [B, P, C]
         labels = features[f"{self.task_name}_labels"]
         mask = tf.cast(features[f"{self.task_name}_labels_mask"], logits.dtype)
         token_losses = tf.nn.softmax_cross_entropy_with_logits(
@@ -233,7 +236,9 @@ class SpanQAHead(_Head):
         start_positions = features[f"{name}_start_positions"]
         end_positions = features[f"{name}_end_positions"]
 
-        start_logits = _float32(tf.squeeze(self.start_dense(hidden), -1))  # [B, L]
+        start_logits = _float32(
+            tf.squeeze(dense_train_rows(self.start_dense, hidden, training), -1)
+        )  # [B, L]
         outputs = {}
         if self.joint_prediction:
             start_logits += mask_penalty
@@ -251,7 +256,10 @@ class SpanQAHead(_Head):
                 outputs.update(end_top_log_probs=end_top_log_probs, end_top_index=end_top_index)
             outputs.update(start_top_log_probs=start_top_log_probs, start_top_index=start_top_index)
         else:
-            end_logits = _float32(tf.squeeze(self.end_dense(hidden), -1)) + mask_penalty
+            end_logits = (
+                _float32(tf.squeeze(dense_train_rows(self.end_dense, hidden, training), -1))
+                + mask_penalty
+            )
             start_logits += mask_penalty
 
         def cross_entropy(logits, positions):
@@ -282,9 +290,10 @@ class SpanQAHead(_Head):
         seq_length = tf.shape(hidden)[1]
         start_h = tf.gather(hidden, start_positions, batch_dims=1)  # [B, H]
         start_h = tf.tile(start_h[:, None, :], [1, seq_length, 1])  # [B, L, H]
-        end_logits = tf.squeeze(
-            self.end_dense(self.qa_hidden(tf.concat([start_h, hidden], -1))), -1
-        )  # [B, L]
+        # A training step: in bfloat16 the two dense layers' bias gradients are summed in
+        # float32 (`dense_train_rows`; qa_hidden's activation is the exact GELU).
+        joint = dense_train_rows(self.qa_hidden, tf.concat([start_h, hidden], -1), True, "gelu")
+        end_logits = tf.squeeze(dense_train_rows(self.end_dense, joint, True), -1)  # [B, L]
         return _float32(end_logits) + mask_penalty
 
     def _beam_ends(self, hidden, start_top_index, mask_penalty, k):

@@ -13,6 +13,7 @@ from electra_tf.modeling.utils import (
     ConfiguredLayer,
     build_sublayer,
     dense_map,
+    dense_train_rows,
     layer_norm,
     layer_norm_map,
     require_built,
@@ -38,6 +39,7 @@ class GeneratorHead(keras.layers.Layer):
     Call args:
         sequence_output: float [batch, seq_len, input_width].
         positions: int [batch, num_masked] masked positions, or None for every position.
+        training: True in a training step (a bfloat16 step then takes `dense_train_rows`).
 
     Returns:
         float logits [batch, num_masked, vocab] (or [batch, seq_len, vocab]) in the layer's
@@ -72,12 +74,13 @@ class GeneratorHead(keras.layers.Layer):
         )
         super().build(input_shape)
 
-    def call(self, sequence_output, positions=None):
+    def call(self, sequence_output, positions=None, training=None):
         hidden = sequence_output
         if positions is not None:
             # [batch, num_masked, input_width]
             hidden = tf.gather(sequence_output, positions, batch_dims=1)
-        hidden = self.layer_norm(self.dense(hidden))
+        # In a bfloat16 training step the dense layer's bias gradient is summed in float32.
+        hidden = self.layer_norm(dense_train_rows(self.dense, hidden, training))
         table = tf.cast(self.embeddings.word_embeddings, hidden.dtype)  # [vocab, width]
         # One MatMul against the transposed table on [rows, width], the bias added by BiasAdd,
         # which Grappler fuses into it: with its two gradient products 10-20% faster than the
@@ -120,6 +123,7 @@ class DiscriminatorHead(ConfiguredLayer):
 
     Call args:
         sequence_output: float [batch, seq_len, hidden].
+        training: True in a training step (a bfloat16 step then takes `dense_train_rows`).
 
     Returns:
         float logits [batch, seq_len] in the layer's compute dtype.
@@ -146,11 +150,12 @@ class DiscriminatorHead(ConfiguredLayer):
         build_sublayer(self.dense_1, [None, self.config.hidden_size])
         super().build(input_shape)
 
-    def call(self, sequence_output):
+    def call(self, sequence_output, training=None):
         # On [batch * seq_len, hidden] rows: each dense is then one fusable MatMul + BiasAdd
         # (+ GELU) instead of tensordot's reshapes around a MatMul (see TransformerLayer).
         rows = tf.reshape(sequence_output, [-1, self.config.hidden_size])
-        logits = self.dense_1(self.dense(rows))  # [batch * seq_len, 1]
+        hidden = dense_train_rows(self.dense, rows, training)
+        logits = dense_train_rows(self.dense_1, hidden, training)  # [batch * seq_len, 1]
         return tf.reshape(logits, tf.shape(sequence_output)[:-1])  # [batch, seq_len]
 
     def variable_map(self, scope: str = DISCRIMINATOR_HEAD) -> dict[str, tf.Variable]:

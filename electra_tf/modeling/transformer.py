@@ -18,6 +18,7 @@ from electra_tf.modeling.utils import (
     ConfiguredLayer,
     InferenceOptions,
     apply_layer_norm,
+    bias_add_train,
     build_sublayer,
     dense_map,
     dense_rows,
@@ -26,7 +27,6 @@ from electra_tf.modeling.utils import (
     layer_norm_map,
     require_built,
     truncated_normal,
-    unfused_bias_add,
 )
 
 
@@ -163,14 +163,14 @@ class TransformerLayer(ConfiguredLayer):
         """`_joined_heads` in a bfloat16 training step: the three kernels joined [hidden,
         3 * hidden] from the variables, one bfloat16 product (its gradient one product for the
         rows, one for the joined kernel, where three of each were), the float32 biases added
-        apart from it (`unfused_bias_add`, as `dense_rows` adds them in bfloat16). The same
+        apart from it (`bias_add_train`, as `dense_rows` adds them in a bfloat16 step). The same
         values as three `dense_rows` (each output column is its kernel column's product)."""
         layers = (self.query, self.key, self.value)
         with tf.name_scope("query_key_value"):
             kernel = tf.concat([true_value(layer.kernel) for layer in layers], axis=1)
             bias = tf.concat([true_value(layer.bias) for layer in layers], axis=0)
             product = tf.matmul(rows, tf.cast(kernel, rows.dtype))  # [n, 3 * hidden]
-            product = unfused_bias_add(product, bias)
+            product = bias_add_train(product, bias)
         return self._split_joined(product, batch, seq_len)
 
     def _split_joined(self, product, batch, seq_len):

@@ -184,17 +184,18 @@ class CorruptedMLMHead(keras.layers.Layer):
                 config, name="copy_predictions", dtype=self.dtype_policy
             )
 
-    def call(self, sequence_output, positions):
+    def call(self, sequence_output, positions, training=None):
         if not self.all_tokens:
-            logits = self.mlm_head(sequence_output, positions)  # [batch, N, vocab]
+            # [batch, N, vocab]
+            logits = self.mlm_head(sequence_output, positions, training=training)
             return {"corrupted_mlm_logits": tf.cast(logits, tf.float32)}
         shape = tf.shape(sequence_output)
         # [batch, seq_len]: every position, so the head scores the whole sequence.
         every = tf.broadcast_to(tf.range(shape[1])[tf.newaxis, :], shape[:2])
-        logits = self.mlm_head(sequence_output, every)  # [batch, seq_len, vocab]
+        logits = self.mlm_head(sequence_output, every, training=training)  # [batch, seq_len, vocab]
         return {
             "corrupted_mlm_logits": tf.cast(logits, tf.float32),
-            "copy_logits": tf.cast(self.copy_head(sequence_output), tf.float32),
+            "copy_logits": tf.cast(self.copy_head(sequence_output, training=training), tf.float32),
         }
 
     def variable_map(self) -> dict[str, tf.Variable]:

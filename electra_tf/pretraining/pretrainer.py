@@ -253,7 +253,8 @@ class ElectraPretrainer(keras.Model):
         [batch, seq_len], the positions its loss covers (the masking candidates)."""
         inputs = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
         features = self.generator(inputs, training=training)  # [batch, seq_len, 2 * hidden]
-        logits = tf.cast(self.cloze_head(features), tf.float32)  # [batch, seq_len, vocab]
+        # [batch, seq_len, vocab]
+        logits = tf.cast(self.cloze_head(features, training=training), tf.float32)
         weights = candidates_mask(input_ids, input_mask, **self.special_ids)  # [batch, seq_len]
         return {"cloze_logits": logits, "cloze_weights": tf.cast(weights, tf.float32)}
 
@@ -271,7 +272,9 @@ class ElectraPretrainer(keras.Model):
                 "segment_ids": segment_ids,
             }
             hidden = self.generator(generator_inputs, training=training)["sequence_output"]
-            mlm_logits = self.generator_head(hidden, masked["masked_lm_positions"])
+            mlm_logits = self.generator_head(
+                hidden, masked["masked_lm_positions"], training=training
+            )
         return tf.cast(mlm_logits, tf.float32)
 
     def _discriminate(
@@ -317,9 +320,9 @@ class ElectraPretrainer(keras.Model):
         hidden = self.discriminator(disc_inputs, training=training)["sequence_output"]
         if self.corrupted_mlm_head is not None:
             # Replace MLM / All-Tokens MLM: the network is a masked LM on the corrupted input.
-            heads = self.corrupted_mlm_head(hidden, positions)
+            heads = self.corrupted_mlm_head(hidden, positions, training=training)
             return {"sampled_ids": sampled, "fake_input_ids": fake_ids, **heads}
-        disc_logits = tf.cast(self.discriminator_head(hidden), tf.float32)
+        disc_logits = tf.cast(self.discriminator_head(hidden, training=training), tf.float32)
         outputs = {
             "sampled_ids": sampled,
             "fake_input_ids": fake_ids,
