@@ -307,7 +307,8 @@ def dense_rows(
 
     In bfloat16 the product is a plain MatMul and the bias is added where Grappler cannot fuse
     it into the product (see above): inside the training GELU's cluster when one follows, else
-    by a BiasAdd behind a reshape, which the remapper does not look through. The same function:
+    by a BiasAdd behind a reshape, which the remapper does not look through (in training, its
+    gradient summed in float32: `bias_add_train`). The same function:
     the product rounded to bfloat16 once more before the bias, as a bfloat16 Dense computes it
     without the fused kernel. At inference a layer followed by an activation keeps the fused
     kernel: there the activation is one of its post-ops, where apart it would be separate

@@ -1,0 +1,120 @@
+"""Two pre-training configs' train steps timed in one process, in turn: a ratio that the
+machine's drift between processes does not move.
+
+    python -m bench.ab_step [--a JSON] [--b JSON] [--rounds 10] [--steps 10] [--batch 32]
+
+A and B are the dataclass defaults plus the JSON given (as `--hparams`), both at `--batch`
+(default `{"precision": "float32"}` against `{"precision": "mixed_bfloat16"}`: the bfloat16
+step's speed-up). Each model is built and its train function traced under its own precision
+policy, from the same seed; then every round times `--steps` steps of each, the order
+alternating from round to round, in wall time and in the process's CPU time (both cores; the
+time another process or the hypervisor takes is not in it). Prints each round and the medians
+of the per-round ratios B / A, with their range.
+
+`bench_train` (`make bench`) runs each configuration in its own process beside the peers; this
+is for telling a few percent apart, where separate processes drift by more. Run it alone on
+the machine.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__" and not __package__:  # `python bench/ab_step.py`: bench is a package
+    raise SystemExit("run it from the repository root as: python -m bench.ab_step")
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from bench.machine import header, load_average, measure_peak
+from bench.project_step import apply_config_threads, synthetic_batches, write_bench_vocab
+from electra_tf.config import pretraining_config
+from electra_tf.device_defaults import probe_machine
+from electra_tf.runs import pretraining_model
+
+
+def build_step(hparams: dict, data_dir: str):
+    """(config, train function, batch iterator) of one side, traced once (3 untimed steps)."""
+    config = pretraining_config("ab", data_dir, hparams=hparams, machine=probe_machine())
+    keras.mixed_precision.set_global_policy(config.precision)
+    keras.utils.set_random_seed(1)
+    model = pretraining_model.build_model(config)
+    model.compile(optimizer=pretraining_model.build_optimizer(config, model))
+    strategy = tf.distribute.get_strategy()
+    steps = pretraining_model.make_train_function(model, strategy, bool(config.jit_compile))
+    batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)
+    iterator = iter(batches)
+    steps(iterator, tf.constant(3)).numpy()
+    return config, steps, iterator
+
+
+def timed(steps, iterator, count: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per step over `count` steps."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    steps(iterator, tf.constant(count)).numpy()
+    return (time.perf_counter() - wall) / count, (time.process_time() - cpu) / count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", default='{"precision": "float32"}', help="config A (JSON)")
+    parser.add_argument("--b", default='{"precision": "mixed_bfloat16"}', help="config B (JSON)")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per side and round")
+    parser.add_argument("--batch", type=int, default=32)
+    args = parser.parse_args(argv)
+    sides = {}
+    for name, text in (("A", args.a), ("B", args.b)):
+        try:
+            hparams = json.loads(text)
+        except json.JSONDecodeError as error:
+            parser.error(f"--{name.lower()}: not JSON ({error}): {text}")
+        sides[name] = {"train_batch_size": args.batch, **hparams}
+    load_start = load_average()
+    peak = measure_peak()  # in a subprocess, with TensorFlow's default threads
+    data_dir = tempfile.mkdtemp(prefix="electra-ab-step-")
+    first = pretraining_config("ab", data_dir, hparams=sides["A"], machine=probe_machine())
+    apply_config_threads(first)  # as the pre-training command would, before any op runs
+    write_bench_vocab(data_dir, first.vocab_size)
+    built = {}
+    for name, hparams in sides.items():
+        config, steps, iterator = build_step(hparams, data_dir)
+        threads = (config.intra_op_threads, config.inter_op_threads)
+        if name == "B" and threads != (first.intra_op_threads, first.inter_op_threads):
+            parser.error(
+                f"A and B resolve to different thread counts; one process has one: {threads}"
+            )
+        built[name] = steps, iterator
+        print(f"{name}: {json.dumps(hparams)} ({config.precision})", flush=True)
+    times = {"A": [], "B": []}
+    for round_index in range(args.rounds):
+        order = ("A", "B") if round_index % 2 == 0 else ("B", "A")
+        for name in order:
+            times[name].append(timed(*built[name], args.steps))
+        (wall_a, cpu_a), (wall_b, cpu_b) = times["A"][-1], times["B"][-1]
+        print(
+            f"round {round_index + 1}: A {wall_a * 1e3:.0f} ms, B {wall_b * 1e3:.0f} ms a step"
+            f" (B/A {wall_b / wall_a:.3f}); CPU A {cpu_a * 1e3:.0f}, B {cpu_b * 1e3:.0f} ms"
+            f" (B/A {cpu_b / cpu_a:.3f})",
+            flush=True,
+        )
+    for label, index in (("wall", 0), ("CPU", 1)):
+        a = np.array([t[index] for t in times["A"]])
+        b = np.array([t[index] for t in times["B"]])
+        ratios = b / a
+        print(
+            f"{label}: A {np.median(a) * 1e3:.0f} ms, B {np.median(b) * 1e3:.0f} ms a step"
+            f" (medians); B/A median {np.median(ratios):.3f}, rounds"
+            f" {ratios.min():.3f}-{ratios.max():.3f}; A/B {np.median(1 / ratios):.3f}"
+        )
+    print(header(peak, load_start, load_average()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
