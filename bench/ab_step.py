@@ -2,13 +2,15 @@
 machine's drift between processes does not move.
 
     python -m bench.ab_step [--a JSON] [--b JSON] [--rounds 10] [--steps 10] [--batch 32]
+        [--warmup-rounds 2]
 
 A and B are the dataclass defaults plus the JSON given (as `--hparams`), both at `--batch`
 (default `{"precision": "float32"}` against `{"precision": "mixed_bfloat16"}`: the bfloat16
 step's speed-up). Each model is built and its train function traced under its own precision
-policy, from the same seed; then every round times `--steps` steps of each, the order
-alternating from round to round, in wall time and in the process's CPU time (both cores; the
-time another process or the hypervisor takes is not in it). Prints each round and the medians
+policy, from the same seed. `--warmup-rounds` rounds run untimed: on a Zen 5 a float32 step
+was still 15% slower in its second and third rounds. Then every round times `--steps` steps
+of each, the order alternating from round to round, in wall time and in the process's CPU
+time (both cores; the time another process or the hypervisor takes is not in it). Prints each round and the medians
 of the per-round ratios B / A, with their range.
 
 `bench_train` (`make bench`) runs each configuration in its own process beside the peers; this
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per side and round")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup-rounds", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args(argv)
     sides = {}
     for name, text in (("A", args.a), ("B", args.b)):
@@ -91,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         built[name] = steps, iterator
         print(f"{name}: {json.dumps(hparams)} ({config.precision})", flush=True)
+    for _ in range(args.warmup_rounds):
+        for name in ("A", "B"):
+            timed(*built[name], args.steps)
     times = {"A": [], "B": []}
     for round_index in range(args.rounds):
         order = ("A", "B") if round_index % 2 == 0 else ("B", "A")
