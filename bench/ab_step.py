@@ -10,8 +10,8 @@ step's speed-up). Each model is built and its train function traced under its ow
 policy, from the same seed. `--warmup-rounds` rounds run untimed: on a Zen 5 a float32 step
 was still 15% slower in its second and third rounds. Then every round times `--steps` steps
 of each, the order alternating from round to round, in wall time and in the process's CPU
-time (both cores; the time another process or the hypervisor takes is not in it). Prints each round and the medians
-of the per-round ratios B / A, with their range.
+time (both cores; the time another process or the hypervisor takes is not in it). Prints each
+round and the medians of the per-round ratios B / A, with their range.
 
 `bench_train` (`make bench`) runs each configuration in its own process beside the peers; this
 is for telling a few percent apart, where separate processes drift by more. Run it alone on

@@ -1,11 +1,13 @@
 """The bfloat16 training forms that keep oneDNN on AMX: a dense layer's product apart from its
-bias (`modeling.utils.dense_rows`), the GELU with the bias inside its cluster, and the
+bias (`modeling.dense_forms.dense_rows`), the GELU with the bias inside its cluster, and the
 generator's vocabulary logits in float32.
 
 Each is checked against float64 automatic differentiation of the plain formula on the same
 bf16-rounded inputs (`helpers_precision.bf16_values_and_gradients` and its tolerance rule: a few
 bf16 units of the largest reference value), and the product's separation is checked in the
-graph Grappler actually runs, beside the inference form, which keeps the fused kernel (so the check can fail).
+graph Grappler actually runs, beside the inference form, which keeps the fused kernel (so the
+check can fail). Every bias gradient of a bfloat16 step is summed in float32 (TensorFlow's
+bfloat16 BiasAddGrad accumulates in bfloat16).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from helpers_precision import (
 )
 
 from electra_tf.device_defaults import onednn_runs_bfloat16
-from electra_tf.modeling.utils import dense_rows
+from electra_tf.modeling.dense_forms import dense_rows
 
 
 def _gelu64(x):
@@ -74,7 +76,7 @@ def test_bias_add_train_sums_its_gradient_in_float32():
     """Over 2,048 rows TensorFlow's bfloat16 BiasAddGrad (a bfloat16 accumulator) is off by
     several percent; `bias_add_train` sums the same bf16 gradient in float32 (the control
     below shows the check can see the difference)."""
-    from electra_tf.modeling.utils import bias_add_train
+    from electra_tf.modeling.dense_forms import bias_add_train
 
     rng = np.random.default_rng(9)
     product = tf.cast(rng.normal(size=(2048, 96)).astype(np.float32), tf.bfloat16)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.modeling.dense_forms import dense_train_rows
 from electra_tf.modeling.dropout import Dropout
-from electra_tf.modeling.utils import dense_train_rows
 
 
 def _dense(units: int, name: str, activation=None, dtype=None) -> keras.layers.Dense:

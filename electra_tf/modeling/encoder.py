@@ -7,6 +7,7 @@ import tf_keras as keras
 
 from electra_tf import checkpoint_names
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.dense_forms import dense_rows
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.transformer import TransformerLayer
 from electra_tf.modeling.utils import (
@@ -15,7 +16,6 @@ from electra_tf.modeling.utils import (
     InferenceOptions,
     build_sublayer,
     dense_map,
-    dense_rows,
     require_built,
 )
 

@@ -8,16 +8,16 @@ import tf_keras as keras
 
 from electra_tf.checkpoint_names import DISCRIMINATOR_HEAD
 from electra_tf.config import ModelConfig
+from electra_tf.modeling.dense_forms import dense_train_rows
 from electra_tf.modeling.embeddings import Embeddings
+from electra_tf.modeling.graph_values import true_value
 from electra_tf.modeling.utils import (
     ConfiguredLayer,
     build_sublayer,
     dense_map,
-    dense_train_rows,
     layer_norm,
     layer_norm_map,
     require_built,
-    true_value,
     truncated_normal,
 )
 
@@ -91,7 +91,7 @@ class GeneratorHead(keras.layers.Layer):
         product = tf.matmul(rows, table, transpose_b=True)  # [rows, vocab]
         if product.dtype == tf.bfloat16:
             # Fused, the bfloat16 product would take oneDNN's inner product, which does not use
-            # AMX (`modeling.utils.dense_rows`). The logits leave in float32, where the losses
+            # AMX (`modeling.dense_forms.dense_rows`). The logits leave in float32, where the losses
             # and the sampler compute: the bias is added there, after the one cast they need.
             logits = tf.nn.bias_add(tf.cast(product, tf.float32), true_value(self.output_bias))
         else:

@@ -2,7 +2,7 @@
 LayerNorm(residual + dropout(product + bias)), the product a dense layer's plain MatMul.
 
 In a bfloat16 step the dense layer's bias cannot ride on the product (Grappler's fused
-MatMul + BiasAdd is oneDNN's inner product, which does not use AMX: `utils.dense_rows`), so
+MatMul + BiasAdd is oneDNN's inner product, which does not use AMX: `dense_forms.dense_rows`), so
 the bias add, the dropout's scaling, the residual add and the LayerNorm were four passes over
 the activations forward and as many back, three of them TensorFlow's bfloat16 element-wise
 kernels (each converts every operand on its own), plus a bfloat16 BiasAddGrad. Here the

@@ -10,6 +10,7 @@ import tf_keras as keras
 from electra_tf import checkpoint_names as names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
+from electra_tf.modeling.dense_forms import bias_add_train, dense_rows, is_linear
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.graph_values import graph_constant, per_graph, true_value
 from electra_tf.modeling.residual_norm import residual_norm_train
@@ -18,11 +19,8 @@ from electra_tf.modeling.utils import (
     ConfiguredLayer,
     InferenceOptions,
     apply_layer_norm,
-    bias_add_train,
     build_sublayer,
     dense_map,
-    dense_rows,
-    is_linear,
     layer_norm,
     layer_norm_map,
     require_built,
