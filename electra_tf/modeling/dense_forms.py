@@ -1,6 +1,7 @@
 """A dense layer's product and its bias in the forms the bfloat16 training step and the
 bfloat16 export use (`dense_rows`, `dense_train_rows`), and the bias adds they are built of.
-Moved out of `modeling.utils`, which still exports every name here."""
+Moved out of `modeling.utils` (past its size limit); not re-exported there, which this module
+imports."""
 
 from __future__ import annotations
 

@@ -333,27 +333,3 @@ class ConfiguredLayer(keras.layers.Layer):
     def from_config(cls, config):
         config = dict(config)
         return cls(ModelConfig.from_dict(config.pop("config")), **config)
-
-
-# The dense layers' product-and-bias forms moved to `modeling.dense_forms`; importable from
-# here as before (resolved on first use: that module imports this one).
-_MOVED_TO_DENSE_FORMS = frozenset(
-    [
-        "_gelu_bias_backward",
-        "_gelu_bias_forward",
-        "_gelu_bias_train",
-        "bias_add_train",
-        "dense_rows",
-        "dense_train_rows",
-        "is_linear",
-        "unfused_bias_add",
-    ]
-)
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_DENSE_FORMS:
-        from electra_tf.modeling import dense_forms
-
-        return getattr(dense_forms, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
