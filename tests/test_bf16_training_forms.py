@@ -97,11 +97,17 @@ def test_bias_add_train_sums_its_gradient_in_float32():
     assert _bias_gradient_error(control, upstream) > 4 * BF16_UNIT
 
 
+def _graph_nodes(graph_def) -> list:
+    """Every NodeDef of a GraphDef and of the functions in its library."""
+    return [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+
+
 def _bias_add_grads(graph_def) -> collections.Counter:
     """Counter of the dtype names of every BiasAddGrad in a GraphDef and its functions."""
-    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
     return collections.Counter(
-        tf.dtypes.as_dtype(n.attr["T"].type).name for n in nodes if n.op == "BiasAddGrad"
+        tf.dtypes.as_dtype(n.attr["T"].type).name
+        for n in _graph_nodes(graph_def)
+        if n.op == "BiasAddGrad"
     )
 
 
@@ -466,12 +472,11 @@ def test_span_qa_head_sums_its_token_level_bias_gradients_in_float32():
         graph_def = step.get_concrete_function(encoder, features).graph.as_graph_def()
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    nodes = _graph_nodes(graph_def)
     bf16 = [
         n.name for n in nodes
         if n.op == "BiasAddGrad" and n.attr["T"].type == tf.bfloat16.as_datatype_enum
     ]  # fmt: skip
-    print([(n.name, n.attr["T"].type) for n in nodes if n.op == "BiasAddGrad"])
     assert bf16 and all("dense_2" in name or "dense_3" in name for name in bf16), bf16
     # The start and end layers' sums in float32 (qa_hidden's is inside its GELU cluster).
     float32_sums = [n.name for n in nodes if n.op == "BiasAddGrad" and n.name not in bf16]

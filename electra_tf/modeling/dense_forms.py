@@ -60,6 +60,13 @@ def dense_rows(
     if not (apart and (training or activation is None)):
         output = layer(rows)
         return output if activation is None else apply_activation(activation, output, training)
+    return _product_apart(layer, rows, training, activation)
+
+
+def _product_apart(layer: keras.layers.Dense, rows: tf.Tensor, training, activation):
+    """`dense_rows`' bfloat16 form: the plain product, then the bias (inside the training
+    GELU's cluster when `activation` is "gelu" in training, else `bias_add_train` in training
+    and `unfused_bias_add` at inference), then `activation`."""
     with tf.name_scope(layer.name):
         product = tf.matmul(rows, tf.cast(layer.kernel, tf.bfloat16))  # [n, units]
         bias = true_value(layer.bias)  # float32 [units] (bfloat16 under a pure policy)
@@ -91,12 +98,7 @@ def dense_train_rows(
     if not layer.built:  # as its first call would build it (the fine-tuning heads' layers)
         build_sublayer(layer, x.shape)
     rows = tf.reshape(x, [-1, x.shape[-1]])
-    if name == "linear":
-        output = dense_rows(layer, rows, training=True)
-    else:
-        with tf.name_scope(layer.name):
-            product = tf.matmul(rows, tf.cast(layer.kernel, tf.bfloat16))  # [n, units]
-            output = _gelu_bias_train(product, true_value(layer.bias))
+    output = _product_apart(layer, rows, True, None if name == "linear" else name)
     if x.shape.rank == 2:
         return output
     return tf.reshape(output, tf.concat([tf.shape(x)[:-1], [layer.units]], axis=0))
