@@ -34,23 +34,16 @@ import tensorflow as tf
 import tf_keras as keras
 
 from bench.machine import header, load_average, measure_peak
-from bench.project_step import apply_config_threads, synthetic_batches, write_bench_vocab
+from bench.project_step import apply_config_threads, project_train_steps, write_bench_vocab
 from electra_tf.config import pretraining_config
 from electra_tf.device_defaults import probe_machine
-from electra_tf.runs import pretraining_model
 
 
 def build_step(hparams: dict, data_dir: str):
     """(config, train function, batch iterator) of one side, traced once (3 untimed steps)."""
     config = pretraining_config("ab", data_dir, hparams=hparams, machine=probe_machine())
-    keras.mixed_precision.set_global_policy(config.precision)
     keras.utils.set_random_seed(1)
-    model = pretraining_model.build_model(config)
-    model.compile(optimizer=pretraining_model.build_optimizer(config, model))
-    strategy = tf.distribute.get_strategy()
-    steps = pretraining_model.make_train_function(model, strategy, bool(config.jit_compile))
-    batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)
-    iterator = iter(batches)
+    _, steps, iterator = project_train_steps(config)
     steps(iterator, tf.constant(3)).numpy()
     return config, steps, iterator
 

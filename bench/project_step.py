@@ -92,6 +92,19 @@ def resolved_layout(config, jit_compile: bool) -> dict[str, Any]:
     }
 
 
+def project_train_steps(config) -> tuple[keras.Model, Callable, Any]:
+    """(model, `train_steps(iterator, n)`, iterator) for `config`: its precision policy set, the
+    pretrainer built and compiled with the run's optimizer, the training loop's own train
+    function, and synthetic batches of the config's shapes (its vocabulary written already)."""
+    keras.mixed_precision.set_global_policy(config.precision)
+    model = pretraining_model.build_model(config)
+    model.compile(optimizer=pretraining_model.build_optimizer(config, model))
+    strategy = tf.distribute.get_strategy()
+    train_steps = pretraining_model.make_train_function(model, strategy, bool(config.jit_compile))
+    batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)
+    return model, train_steps, iter(batches)
+
+
 def build_project_step(
     batch: int, seq: int, precision: str, jit: str, extra: dict[str, Any] | None = None
 ) -> tuple[Callable[[], None], int, dict[str, Any]]:
@@ -109,13 +122,7 @@ def build_project_step(
     )
     apply_config_threads(config)
     write_bench_vocab(data_dir, config.vocab_size)
-    keras.mixed_precision.set_global_policy(config.precision)
-    strategy = tf.distribute.get_strategy()
-    model = pretraining_model.build_model(config)
-    optimizer = pretraining_model.build_optimizer(config, model)
-    model.compile(optimizer=optimizer)
-    train_steps = pretraining_model.make_train_function(model, strategy, bool(config.jit_compile))
-    iterator = iter(synthetic_batches(batch, seq, config.vocab_size))
+    model, train_steps, iterator = project_train_steps(config)
     one = tf.constant(1)
 
     def run_step() -> None:

@@ -21,12 +21,10 @@ import tempfile
 import time
 
 import tensorflow as tf
-import tf_keras as keras
 
-from bench.project_step import apply_config_threads, synthetic_batches, write_bench_vocab
+from bench.project_step import apply_config_threads, project_train_steps, write_bench_vocab
 from electra_tf.config import pretraining_config
 from electra_tf.device_defaults import probe_machine
-from electra_tf.runs import pretraining_model
 
 
 def main(argv: list[str]) -> int:
@@ -39,14 +37,7 @@ def main(argv: list[str]) -> int:
     config = pretraining_config("speed", data_dir, hparams=hparams, machine=probe_machine())
     apply_config_threads(config)  # as the pre-training command would
     write_bench_vocab(data_dir, config.vocab_size)
-    keras.mixed_precision.set_global_policy(config.precision)
-    model = pretraining_model.build_model(config)
-    model.compile(optimizer=pretraining_model.build_optimizer(config, model))
-    train_steps = pretraining_model.make_train_function(
-        model, tf.distribute.get_strategy(), bool(config.jit_compile)
-    )
-    batches = synthetic_batches(config.train_batch_size, config.max_seq_length, config.vocab_size)
-    iterator = iter(batches)
+    _, train_steps, iterator = project_train_steps(config)
     train_steps(iterator, tf.constant(5)).numpy()
     start = time.perf_counter()
     train_steps(iterator, tf.constant(steps)).numpy()
