@@ -118,7 +118,7 @@ def batch_split_invariant_objective():
         signature = {k: tf.TensorSpec(v.shape[1:], v.dtype) for k, v in probe.items()}
         return tf.map_fn(one, (ids, mask, seeds), fn_output_signature=signature)
 
-    def argmax_sample(logits, seed, temperature=1.0, disallow_ids=None, uniform=None):
+    def argmax_sample(logits, seed, temperature=1.0, disallow_ids=None, uniform=None, start=0):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)  # [batch, num_masked]
 
     pretrainer_module.mask_inputs = per_example_mask_inputs

@@ -98,24 +98,26 @@ def test_micro_batches_give_the_full_batch_update(electric, split):
 
 
 @pytest.mark.parametrize(
-    "electric, parts",
+    "electric, steps, parts",
     [
-        pytest.param(False, 2, id="electra-2"),
-        pytest.param(False, 4, id="electra-4"),
-        pytest.param(True, 2, id="electric-2"),
-        pytest.param(True, 4, id="electric-4", marks=pytest.mark.slow),
+        pytest.param(False, 1, 2, id="electra-2"),
+        pytest.param(False, 1, 4, id="electra-4"),
+        pytest.param(False, 4, 1, id="electra-accumulated-4"),
+        pytest.param(True, 1, 2, id="electric-2"),
+        pytest.param(True, 1, 4, id="electric-4", marks=pytest.mark.slow),
     ],
 )
-def test_parallel_micro_batches_draw_what_the_one_pass_step_draws(electric, parts):
+def test_parallel_micro_batches_draw_what_the_one_pass_step_draws(electric, steps, parts):
     # The real masking and Gumbel sampling this time (no batch-split-invariant objective): the
-    # parallel step draws both once for the whole batch and slices them, so from the same RNG
-    # state it corrupts every batch as the one-pass step does and (no dropout) makes the same
-    # updates, step after step.
+    # parallel (and the accumulating) step draws the masking and where each row's Gumbel noise
+    # starts in the seed's stream once for the whole batch and slices them, so from the same
+    # RNG state it corrupts every batch as the one-pass step does and (no dropout) makes the
+    # same updates, step after step.
     batches = [tiny_batch(batch=BATCH, seed=seed) for seed in (0, 1, 2)]
     extra = {"electric_objective": True} if electric else {}
     weights, whole, whole_final, change = _train(1, batches, **extra)
     _, parallel, parallel_final, _ = _train(
-        1, batches, weights, parallel_micro_batches=parts, **extra
+        steps, batches, weights, parallel_micro_batches=parts, **extra
     )
     assert change > 1e-4
     _assert_same_training(parallel, whole, parallel_final, whole_final, electric)

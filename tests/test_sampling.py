@@ -127,3 +127,34 @@ def test_gumbel_uniform_rows_from_an_offset_and_their_distribution():
     expected = values.size / 10
     assert ((counts - expected) ** 2 / expected).sum() < 27.9
     assert abs(np.corrcoef(values[:-1], values[1:])[0, 1]) < 5 / np.sqrt(values.size)
+
+
+def test_fused_noise_is_the_separate_ops_noise_of_the_same_uniforms():
+    # Without `uniform`, the noise is made inside one XLA cluster from the seed's stream; fed
+    # the same stream's uniforms, the TensorFlow ops (the original's) give the same scores up to
+    # the logs' last bits, and so the same ids away from exact near-ties.
+    from electra_tf.pretraining.sampling import _gumbel_scores, gumbel_noise, gumbel_uniform
+
+    logits = tf.random.stateless_normal([4, 19, 3000], [1, 2]) * 3.0
+    disallow = tf.random.stateless_uniform([4, 19], [3, 4], 0, 3000, tf.int32)
+    seed = tf.constant([11, 0], tf.int64)
+    uniform = gumbel_uniform(tf.shape(logits), seed)
+    fused = _gumbel_scores(logits, seed, tf.constant(0, tf.int64), 2.0, disallow).numpy()
+    penalty = tf.one_hot(disallow, 3000) * 1000.0
+    separate = (logits / 2.0 - penalty + gumbel_noise(uniform)).numpy()
+    np.testing.assert_allclose(fused, separate, rtol=2e-6, atol=2e-6)
+    np.testing.assert_array_equal(
+        gumbel_sample(logits, seed, 2.0, disallow).numpy(),
+        gumbel_sample(logits, seed, 2.0, disallow, uniform=uniform).numpy(),
+    )
+
+
+def test_rows_sampled_from_their_start_are_the_whole_batch_rows():
+    # A part of the batch (a micro-batch, a replica's rows) samples from where its first row
+    # starts in the stream: the whole batch's samples for those rows, and not another part's.
+    logits = tf.random.stateless_normal([6, 5, 40], [5, 6])
+    seed = tf.constant([21, 0], tf.int64)
+    whole = gumbel_sample(logits, seed).numpy()
+    tail = gumbel_sample(logits[4:], seed, start=4 * 5 * 40).numpy()
+    np.testing.assert_array_equal(tail, whole[4:])
+    assert not np.array_equal(gumbel_sample(logits[4:], seed).numpy(), whole[4:])

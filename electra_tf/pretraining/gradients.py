@@ -130,10 +130,11 @@ def parallel_gradients(
         One dense gradient per variable (None where no part's loss depends on it).
     """
     denominators = whole_batch_denominators(model, inputs, parts)
-    # The masking and the sampler's noise are drawn once for the whole batch and sliced:
-    # the corrupted batch, and so the update, are the one-pass step's from the same state
-    # of `model.rng` (dropout aside, which each part draws itself).
-    draws = model.draw(inputs, with_uniform=True)
+    # The masking and the sampler's noise (where its rows start in the seed's stream) are
+    # drawn once for the whole batch and sliced: the corrupted batch, and so the update, are
+    # the one-pass step's from the same state of `model.rng` (dropout aside, which each part
+    # draws itself).
+    draws = model.draw(inputs)
     size = tf.shape(inputs["input_ids"])[0] // parts
     sums = None
     for index in range(parts):
@@ -162,15 +163,18 @@ def add_gradients(sums: list | None, gradients: list) -> list:
     ]
 
 
+# The draws that are per example (sliced with the batch's rows); `masked` is a dict of them.
+_PER_ROW_DRAWS = ("uniform", "sample_starts")
+
+
 def _slice_draws(draws: dict, rows: slice) -> dict:
-    """`rows` of the batch's draws: the masking and the sampler's noise [batch, N, vocab] are
-    per example; the sampler's seed is the batch's."""
+    """`rows` of the batch's draws: the masking, the sampler's row starts (and fed uniforms)
+    are per example; the sampler's seed is the batch's."""
     part_draws = {
         "masked": {key: value[rows] for key, value in draws["masked"].items()},
         "sample_seed": draws["sample_seed"],
     }
-    if "uniform" in draws:
-        part_draws["uniform"] = draws["uniform"][rows]
+    part_draws.update({key: draws[key][rows] for key in _PER_ROW_DRAWS if key in draws})
     return part_draws
 
 
@@ -183,9 +187,9 @@ def accumulated_gradients(
     """The batch's gradient as the sum of `steps` micro-batches' run one after another (a
     `tf.while_loop`), updating `model`'s metrics with each.
 
-    The masking and the sampler's noise are drawn once for the whole batch and sliced, as in
-    `parallel_gradients`: the corrupted batch, and so the update, are the one-pass step's
-    (dropout aside), and no collective op (the draws' all-gather under several replicas) runs
+    The masking and the sampler's noise (its row starts) are drawn once for the whole batch
+    and sliced, as in `parallel_gradients`: the corrupted batch, and so the update, are the
+    one-pass step's (dropout aside), and no collective op (the draws' all-gather under several replicas) runs
     inside the loop, where tf.distribute cannot synchronise.
 
     Args:
@@ -206,11 +210,11 @@ def accumulated_gradients(
         for key, value in inputs.items()
     }
 
-    draws = model.draw(inputs, with_uniform=True)
+    draws = model.draw(inputs)
     # [steps, batch / steps, ...] per draw; the sampler's seed is the batch's.
     micro_draws = {
         "masked": {key: _micro(value, steps) for key, value in draws["masked"].items()},
-        "uniform": {key: _micro(value, steps) for key, value in draws.items() if key == "uniform"},
+        "rows": {key: _micro(draws[key], steps) for key in _PER_ROW_DRAWS if key in draws},
     }
 
     def body(index, sums):
@@ -218,7 +222,7 @@ def accumulated_gradients(
         part_draws = {
             "masked": {key: value[index] for key, value in micro_draws["masked"].items()},
             "sample_seed": draws["sample_seed"],
-            **{key: value[index] for key, value in micro_draws["uniform"].items()},
+            **{key: value[index] for key, value in micro_draws["rows"].items()},
         }
         gradients, outputs = loss_gradients(model, part, variables, denominators, part_draws)
         # Each part's loss is its share of the batch loss: scale so the Mean is the total.

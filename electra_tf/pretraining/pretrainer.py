@@ -29,9 +29,8 @@ from electra_tf.pretraining.masking import (
 from electra_tf.pretraining.networks import PretrainingNetworks, build_networks
 from electra_tf.pretraining.replica_draws import (
     global_rows_masking,
-    replica_rows,
+    sample_row_starts,
     step_seeds,
-    uniform_rows,
 )
 from electra_tf.pretraining.sampling import gather_positions, gumbel_sample, scatter_update
 
@@ -134,17 +133,17 @@ class ElectraPretrainer(keras.Model):
     def call(self, inputs, training=False):
         return self.forward(inputs, training)
 
-    def draw(self, inputs: dict[str, tf.Tensor], with_uniform: bool = False) -> dict:
+    def draw(self, inputs: dict[str, tf.Tensor]) -> dict:
         """The step's random draws for `inputs`' batch, from `self.rng`.
 
         Args:
             inputs: dict of int `input_ids`, `input_mask`, each [batch, seq_len].
-            with_uniform: also draw the sampler's noise now (for slicing it per micro-batch).
 
         Returns:
-            dict: `masked` (`mask_inputs`' outputs), `sample_seed` [2] and, with
-            `with_uniform` (and a discriminator), the sampler's `uniform` noise
-            [batch, N, vocab], the numbers `gumbel_sample` would draw from that seed.
+            dict: `masked` (`mask_inputs`' outputs), `sample_seed` [2] and, with a
+            discriminator, `sample_starts` int64 [batch]: where each row's Gumbel uniforms
+            start in that seed's stream (`gumbel_sample`'s `start`). Sliced by rows with the
+            masking, the draws of a part of the batch are the whole batch's for those rows.
         """
         config = self.config
         # [2, 2]: one stateless seed per random step, the same on every replica.
@@ -164,12 +163,12 @@ class ElectraPretrainer(keras.Model):
         # Under several replicas: this replica's rows of the global batch's masking.
         masked = global_rows_masking(mask, inputs["input_ids"], inputs["input_mask"])
         draws = {"masked": masked, "sample_seed": seeds[:, 1]}
-        _, replicas = replica_rows()
-        if (with_uniform or replicas > 1) and config.has_discriminator:
-            batch = tf.shape(inputs["input_ids"])[0]
-            shape = tf.stack([batch, config.max_predictions_per_seq, config.vocab_size])
+        if config.has_discriminator:
             # This replica's rows of the global batch's noise (all of it on one replica).
-            draws["uniform"] = uniform_rows(seeds[:, 1], shape)
+            draws["sample_starts"] = sample_row_starts(
+                tf.shape(inputs["input_ids"])[0],
+                config.max_predictions_per_seq * config.vocab_size,
+            )
         return draws
 
     def forward(self, inputs, training, denominators=None, draws=None) -> dict:
@@ -210,6 +209,7 @@ class ElectraPretrainer(keras.Model):
                     training,
                     cloze_logits=outputs.get("cloze_logits"),
                     uniform=draws.get("uniform"),
+                    starts=draws.get("sample_starts"),
                 )
             )
         outputs.update(self._loss_outputs(outputs, input_ids, input_mask, denominators))
@@ -288,10 +288,12 @@ class ElectraPretrainer(keras.Model):
         training,
         cloze_logits=None,
         uniform=None,
+        starts=None,
     ):
         """Samples replacements from the generator and runs the discriminator on the result:
         `sampled_ids`, `fake_input_ids`, `disc_labels` (1 = replaced), `disc_logits`; with
-        Electric also `energies` and `log_q` (see `electric.electric_logits`)."""
+        Electric also `energies` and `log_q` (see `electric.electric_logits`). `uniform`,
+        `starts`: the draws' `uniform` (fed from outside) and `sample_starts` (None: from 0)."""
         config = self.config
         positions = masked["masked_lm_positions"]
         # Sampling is outside the gradient path: the generator learns by MLM only.
@@ -301,6 +303,7 @@ class ElectraPretrainer(keras.Model):
             temperature=config.temperature,
             disallow_ids=masked["masked_lm_ids"] if config.disallow_correct else None,
             uniform=uniform,
+            start=0 if starts is None else starts[0],
         )
         # All slots get a sample, the 15% left visible too; duplicate positions get the
         # floor-average of their samples, as the original.

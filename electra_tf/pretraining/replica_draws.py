@@ -13,9 +13,9 @@ things in TensorFlow get in the way, and this module takes them out:
   B. The masking draws are small ([B, seq_len] and [B, N]): `global_rows_masking` gathers the
   global batch's ids and mask from every replica (one int32 all-gather), masks the whole
   global batch exactly as one replica would, and keeps this replica's rows. The sampler's
-  noise is [B, N, vocab] (too large to draw whole on every replica): `uniform_rows` draws only
-  this replica's rows, starting its stream (`random_bits.uniform`) where those rows start in
-  the draw over B.
+  noise is [B, N, vocab] (too large to draw whole on every replica): each replica makes only
+  its rows' uniforms, starting the stream (`random_bits.mantissas`) where those rows start in
+  the draw over B (`sample_row_starts`).
 
 Row r of the global batch is row r - first of replica `replica_id_in_sync_group`, where
 first = replica id x B / R: the order in which `tf.distribute` assigns per-replica batches and
@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 from tensorflow.python.ops import gen_stateless_random_ops_v2
-
-from electra_tf.modeling import random_bits
 
 
 def step_seeds(generator: tf.random.Generator, count: int) -> tf.Tensor:
@@ -74,16 +72,11 @@ def global_rows_masking(mask_fn, input_ids: tf.Tensor, input_mask: tf.Tensor) ->
     return {key: value[first : first + rows] for key, value in masked.items()}
 
 
-def uniform_rows(seed: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
-    """float32 draws of `shape` [rows, ...]: this replica's rows of the sampler's noise over
-    the global batch, `sampling.gumbel_uniform([replicas * rows, ...], seed)` (all of it with
-    one replica).
-
-    Args:
-        seed: int [2] stateless seed.
-        shape: int32 [rank], the shape of this replica's part.
-    """
-    index, _ = replica_rows()  # 0 with one replica: the whole draw
-    size = tf.cast(tf.reduce_prod(shape), tf.int64)
-    start = tf.cast(index, tf.int64) * size  # flat offset of this replica's first row
-    return random_bits.uniform(shape, seed, start)
+def sample_row_starts(rows: tf.Tensor, row_size: int) -> tf.Tensor:
+    """int64 [rows]: where each of this replica's rows starts in the sampler's stream of
+    uniforms over the global batch (row r of the global batch at r * row_size, row_size being
+    num_masked * vocab), so that each replica's noise is its rows of the one draw over the
+    global batch (`sampling.gumbel_uniform`), and a slice of the rows keeps its own."""
+    index, _ = replica_rows()  # 0 with one replica
+    first = tf.cast(index * rows, tf.int64)
+    return (first + tf.range(tf.cast(rows, tf.int64))) * row_size

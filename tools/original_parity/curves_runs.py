@@ -60,8 +60,8 @@ def apply_mutation(name: str) -> None:
         pretrainer.mask_inputs = mutated
     elif name == "greedy_sampling":
 
-        def greedy(logits, seed, temperature=1.0, disallow_ids=None, uniform=None):
-            del seed, uniform
+        def greedy(logits, seed, temperature=1.0, disallow_ids=None, uniform=None, start=0):
+            del seed, uniform, start
             return tf.argmax(tf.stop_gradient(tf.cast(logits, tf.float32)), -1, tf.int32)
 
         pretrainer.gumbel_sample = greedy
