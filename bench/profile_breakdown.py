@@ -51,6 +51,7 @@ import tempfile
 import time
 from typing import Any
 
+from bench.profile_clusters import cluster_table, clusters_markdown, read_clusters
 from bench.profile_rules import (  # noqa: F401  (this module's names before the split)
     ATTENTION_PARTS,
     BATCH_MATMUL_TYPES,
@@ -200,6 +201,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
         trace=trace["path"],
         device_planes=trace["device_planes"],
         optimizer=type(optimizer).__name__,
+        xla_clusters=cluster_table(read_clusters(trace["path"]), args.steps),
     )
     if config.jit_compile:
         result["notes"] = [
@@ -399,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for result in results:
         print(markdown(result["title"], result) + "\n")
+        if result.get("xla_clusters"):
+            print(clusters_markdown(result["xla_clusters"]) + "\n")
         for note in result.get("notes", []):
             print(f"NOTE: {note}\n")
         if result["device_planes"]:

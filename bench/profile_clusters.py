@@ -1,0 +1,110 @@
+"""The XLA clusters of a profiled step, each by the function it compiles, and the time their
+computations spent far above their own median: for `bench.profile_breakdown`.
+
+`read_trace` sums an XLA cluster's computations by their HLO names (`multiply_convert_fusion`),
+which every cluster reuses, so one name can hold the GELU's forward and a LayerNorm's backward.
+The profiler marks each computation's event with its module (`hlo_module`, for example
+`a_inference__gelu_bias_forward_10185__.23`); here the events are summed by the function that
+module compiles (`_gelu_bias_forward`).
+
+Each (module, computation) pair runs the same work on the same shapes at every call, so its
+events should last about as long as their median. Time beyond four medians is reported as
+`stalled`: a computation waiting rather than computing. On a 2-core Zen 5, the mixed_bfloat16
+step's forward clusters spent 109 ms of a step's 347 ms of cluster time so; the float32 step's
+spent 2 (docs/performance.md, "Clusters that wait").
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import statistics
+from typing import Any
+
+from bench.profile_trace import WINDOW, _xplane_module
+
+# The function a module compiles: `a_inference_<function>_<id>__...` (a `tf.function`).
+_MODULE = re.compile(r"^a_inference_(?P<function>.+?)_\d+__")
+# A computation's events beyond this many times their median count as stalled.
+STALL_FACTOR = 4
+
+
+def cluster_function(module: str) -> str:
+    """The function name of an XLA module's name; the module's name where it has none."""
+    match = _MODULE.match(module)
+    return match["function"] if match else module
+
+
+def read_clusters(path: str) -> dict[tuple[str, str], list[int]]:
+    """{(module, computation): [event durations in ps]} of the XLA events inside the
+    profiled window(s) of the `.xplane.pb` at `path` (its host plane)."""
+    space = _xplane_module().XSpace()
+    with open(path, "rb") as f:
+        space.ParseFromString(f.read())
+    host = next((plane for plane in space.planes if plane.name == "/host:CPU"), None)
+    if host is None:
+        raise RuntimeError(f"{path}: no /host:CPU plane")
+    stat_names = {key: meta.name for key, meta in host.stat_metadata.items()}
+    events, windows = [], []
+    for line in host.lines:
+        base = line.timestamp_ns * 1000
+        for event in line.events:
+            name = host.event_metadata[event.metadata_id].name
+            start = base + event.offset_ps
+            if name == WINDOW:
+                windows.append((start, start + event.duration_ps))
+                continue
+            for stat in event.stats:
+                if stat_names.get(stat.metadata_id) == "hlo_module":
+                    module = (
+                        stat_names.get(stat.ref_value, "") if stat.ref_value else stat.str_value
+                    )
+                    events.append((start, event.duration_ps, module, name))
+    durations: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    for start, duration, module, name in events:
+        if not windows or any(lo <= start < hi for lo, hi in windows):
+            durations[(module, name)].append(duration)
+    return durations
+
+
+def cluster_table(durations: dict[tuple[str, str], list[int]], steps: int) -> list[dict[str, Any]]:
+    """Per compiled function, heaviest first: ms per step, events per step, and ms per step
+    beyond STALL_FACTOR times the median of the same computation's events (`stalled_ms`)."""
+    rows: dict[str, dict[str, float]] = {}
+    for (module, _), times in durations.items():
+        row = rows.setdefault(cluster_function(module), {"ms": 0.0, "events": 0, "stalled": 0.0})
+        median = statistics.median(times)
+        row["ms"] += sum(times)
+        row["events"] += len(times)
+        row["stalled"] += sum(max(0, t - STALL_FACTOR * median) for t in times)
+    per_step = 1e-9 / steps  # ps summed over the steps -> ms per step
+    table = [
+        {
+            "function": function,
+            "ms_per_step": row["ms"] * per_step,
+            "events_per_step": row["events"] / steps,
+            "stalled_ms_per_step": row["stalled"] * per_step,
+        }
+        for function, row in rows.items()
+    ]
+    return sorted(table, key=lambda row: -row["ms_per_step"])
+
+
+def clusters_markdown(table: list[dict[str, Any]]) -> str:
+    """`cluster_table`'s rows as a markdown table, with a total row."""
+    lines = [
+        "XLA clusters by the function they compile (stalled: beyond "
+        f"{STALL_FACTOR}x the median of the same computation):",
+        "",
+        "| function | ms/step | events/step | stalled ms/step |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in table:
+        lines.append(
+            f"| `{row['function']}` | {row['ms_per_step']:.1f} | {row['events_per_step']:.0f} | "
+            f"{row['stalled_ms_per_step']:.1f} |"
+        )
+    total = sum(row["ms_per_step"] for row in table)
+    stalled = sum(row["stalled_ms_per_step"] for row in table)
+    lines.append(f"| all | {total:.1f} | | {stalled:.1f} |")
+    return "\n".join(lines)
