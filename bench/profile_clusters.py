@@ -9,9 +9,11 @@ module compiles (`_gelu_bias_forward`).
 
 Each (module, computation) pair runs the same work on the same shapes at every call, so its
 events should last about as long as their median. Time beyond four medians is reported as
-`stalled`: a computation waiting rather than computing. On a 2-core Zen 5, the mixed_bfloat16
-step's forward clusters spent 109 ms of a step's 347 ms of cluster time so; the float32 step's
-spent 2 (docs/performance.md, "Clusters that wait").
+`stalled`: a computation waiting (its thread preempted, or its partitions queued behind other
+work) rather than computing. On a 2-core Zen 5 one mixed_bfloat16 profile had 109 of its 347
+ms of cluster time a step stalled, mostly in the forward clusters while the other thread ran
+another cluster; the next run had 3 (docs/performance.md, "The sampler's noise in one
+cluster").
 """
 
 from __future__ import annotations
