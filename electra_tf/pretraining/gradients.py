@@ -189,8 +189,8 @@ def accumulated_gradients(
 
     The masking and the sampler's noise (its row starts) are drawn once for the whole batch
     and sliced, as in `parallel_gradients`: the corrupted batch, and so the update, are the
-    one-pass step's (dropout aside), and no collective op (the draws' all-gather under several replicas) runs
-    inside the loop, where tf.distribute cannot synchronise.
+    one-pass step's (dropout aside), and no collective op (the draws' all-gather under
+    several replicas) runs inside the loop, where tf.distribute cannot synchronise.
 
     Args:
         model: the pretrainer.
