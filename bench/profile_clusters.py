@@ -12,7 +12,7 @@ events should last about as long as their median. Time beyond four medians is re
 `stalled`: a computation waiting (its thread preempted, or its partitions queued behind other
 work) rather than computing. On a 2-core Zen 5 one mixed_bfloat16 profile had 109 of its 347
 ms of cluster time a step stalled, mostly in the forward clusters while the other thread ran
-another cluster; the next run had 3 (docs/performance.md, "The sampler's noise in one
+another cluster; two later runs had 3 (docs/performance.md, "The sampler's noise in one
 cluster").
 """
 
