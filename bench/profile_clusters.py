@@ -23,7 +23,7 @@ import re
 import statistics
 from typing import Any
 
-from bench.profile_trace import WINDOW, _xplane_module
+from bench.profile_trace import WINDOW, host_plane
 
 # The function a module compiles: `a_inference_<function>_<id>__...` (a `tf.function`).
 _MODULE = re.compile(r"^a_inference_(?P<function>.+?)_\d+__")
@@ -40,12 +40,7 @@ def cluster_function(module: str) -> str:
 def read_clusters(path: str) -> dict[tuple[str, str], list[int]]:
     """{(module, computation): [event durations in ps]} of the XLA events inside the
     profiled window(s) of the `.xplane.pb` at `path` (its host plane)."""
-    space = _xplane_module().XSpace()
-    with open(path, "rb") as f:
-        space.ParseFromString(f.read())
-    host = next((plane for plane in space.planes if plane.name == "/host:CPU"), None)
-    if host is None:
-        raise RuntimeError(f"{path}: no /host:CPU plane")
+    host, _ = host_plane(path)
     stat_names = {key: meta.name for key, meta in host.stat_metadata.items()}
     events, windows = [], []
     for line in host.lines:

@@ -100,17 +100,23 @@ def _xplane_module():
     return xplane_pb2
 
 
-def host_lines(path: str) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[str]]:
-    """The host plane of the trace at `path`: [(thread name, [(start ps, duration ps, event
-    name)])], and the names of the device planes (not read)."""
+def host_plane(path: str) -> tuple[Any, list[str]]:
+    """The host plane (XPlane) of the `.xplane.pb` at `path`, and the names of the device
+    planes (not read)."""
     space = _xplane_module().XSpace()
     with open(path, "rb") as f:
         space.ParseFromString(f.read())
     planes = {plane.name: plane for plane in space.planes}
-    device_planes = [name for name in planes if name.startswith("/device:")]
     host = planes.get("/host:CPU")
     if host is None:
         raise RuntimeError(f"{path}: no /host:CPU plane (planes: {sorted(planes)})")
+    return host, [name for name in planes if name.startswith("/device:")]
+
+
+def host_lines(path: str) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[str]]:
+    """The host plane of the trace at `path`: [(thread name, [(start ps, duration ps, event
+    name)])], and the names of the device planes (not read)."""
+    host, device_planes = host_plane(path)
     lines = []
     for line in host.lines:
         base = line.timestamp_ns * 1000

@@ -65,8 +65,13 @@ def mantissas(shape: tf.Tensor, key: tf.Tensor, start: tf.Tensor | int = 0) -> t
 
 @tf.function(jit_compile=True)
 def _uniform(shape, seed, start):
-    values = mantissas(shape, seed_key(seed), start)
-    return tf.cast(values, tf.float32) * (2.0**-MANTISSA_BITS)
+    return uniforms(shape, seed, start)
+
+
+def uniforms(shape: tf.Tensor, seed: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:
+    """`uniform`'s values, traced inside the cluster that uses them (`uniform` is its own
+    cluster; the Gumbel sampler's scores make them in theirs)."""
+    return tf.cast(mantissas(shape, seed_key(seed), start), tf.float32) * (2.0**-MANTISSA_BITS)
 
 
 def uniform(shape, seed: tf.Tensor, start: tf.Tensor | int = 0) -> tf.Tensor:

@@ -144,6 +144,4 @@ def _gumbel_scores(logits, seed, start, temperature, disallow):
     if disallow is not None:
         vocab = tf.range(tf.shape(scores)[-1])
         scores = tf.where(vocab == disallow[..., tf.newaxis], scores - DISALLOW_PENALTY, scores)
-    bits = random_bits.mantissas(tf.shape(scores), random_bits.seed_key(seed), start)
-    uniform = tf.cast(bits, tf.float32) * (2.0**-random_bits.MANTISSA_BITS)
-    return scores + gumbel_noise(uniform)
+    return scores + gumbel_noise(random_bits.uniforms(tf.shape(scores), seed, start))
