@@ -51,7 +51,12 @@ import tempfile
 import time
 from typing import Any
 
-from bench.profile_clusters import cluster_table, clusters_markdown, read_clusters
+from bench.profile_clusters import (
+    attention_clusters,
+    cluster_table,
+    clusters_markdown,
+    read_clusters,
+)
 from bench.profile_rules import (  # noqa: F401  (this module's names before the split)
     ATTENTION_PARTS,
     BATCH_MATMUL_TYPES,
@@ -190,8 +195,11 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
     index = ShapeIndex().add_graph(train_steps.get_concrete_function(iterator, steps).graph)
     result = trace_breakdown(trace, args.steps, unprofiled, index, config.vocab_size)
     params = sum(int(tf.size(v)) for v in model.trainable_variables)
+    clusters = read_clusters(trace["path"])
     result.update(
-        attention=attention_share(result, args.seq),
+        attention=attention_share(
+            result, args.seq, attention_clusters(clusters, index.calls, args.seq, args.steps)
+        ),
         path="train",
         title=(
             f"train step, batch {args.batch} x seq {args.seq}, {config.precision}, "
@@ -201,7 +209,7 @@ def profile_train(args: argparse.Namespace, logdir: str) -> dict[str, Any]:
         trace=trace["path"],
         device_planes=trace["device_planes"],
         optimizer=type(optimizer).__name__,
-        xla_clusters=cluster_table(read_clusters(trace["path"]), args.steps),
+        xla_clusters=cluster_table(clusters, args.steps),
     )
     if config.jit_compile:
         result["notes"] = [

@@ -23,10 +23,12 @@ import re
 import statistics
 from typing import Any
 
+from bench.profile_rules import attention_scores_shaped
 from bench.profile_trace import WINDOW, host_plane
 
-# The function a module compiles: `a_inference_<function>_<id>__...` (a `tf.function`).
-_MODULE = re.compile(r"^a_inference_(?P<function>.+?)_\d+__")
+# The function a module compiles: `a_inference_<function>_<id>__...` (a `tf.function`); the
+# graph's call names it `__inference_<function>_<id>`.
+_MODULE = re.compile(r"^a(?P<call>_inference_(?P<function>.+?)_\d+)__")
 # A computation's events beyond this many times their median count as stalled.
 STALL_FACTOR = 4
 
@@ -85,6 +87,26 @@ def cluster_table(durations: dict[tuple[str, str], list[int]], steps: int) -> li
         for function, row in rows.items()
     ]
     return sorted(table, key=lambda row: -row["ms_per_step"])
+
+
+def attention_clusters(
+    durations: dict[tuple[str, str], list[int]],
+    calls: dict[str, tuple[tuple[int | None, ...], ...]],
+    seq_len: int,
+    steps: int,
+) -> dict[str, float]:
+    """ms per step of the XLA clusters called on attention-scores-shaped tensors, by attention
+    part (`profile_rules.ATTENTION_PARTS`): a dropout's function (`_fused_drop`; in bfloat16
+    `_dropped_backward`, the dropout's and the softmax's gradients in one cluster) is
+    `dropout`, any other `softmax_mask`. `calls`: `ShapeIndex.calls` of the traced step."""
+    parts: dict[str, float] = collections.defaultdict(float)
+    for (module, _), times in durations.items():
+        match = _MODULE.match(module)
+        shapes = calls.get("_" + match["call"]) if match else None
+        if shapes and any(attention_scores_shaped(shape, seq_len) for shape in shapes):
+            part = "dropout" if "drop" in match["function"] else "softmax_mask"
+            parts[part] += sum(times) * 1e-9 / steps
+    return dict(parts)
 
 
 def clusters_markdown(table: list[dict[str, Any]]) -> str:

@@ -337,7 +337,8 @@ def rules_markdown() -> str:
 ATTENTION_PARTS: dict[str, str] = {
     "products": "QK^T and AV products (forward and gradients)",
     "softmax_mask": "scale, mask add, softmax (forward and gradient)",
-    "dropout": "dropout on the attention probabilities",
+    "dropout": "dropout on the attention probabilities (with the softmax's gradient where one "
+    "XLA cluster does both)",
 }
 BATCH_MATMUL_TYPES = re.compile(r"BatchMatMul")
 

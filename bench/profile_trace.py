@@ -185,10 +185,12 @@ class ShapeIndex:
 
     A traced op name is looked up by its longest suffix that some graph holds (inlining adds
     prefixes such as `while/body/_1/`); a name two graphs hold with different shapes is dropped.
+    `calls`: a called function's name (`__inference__fused_drop_812`) -> its call's shapes.
     """
 
     def __init__(self) -> None:
         self.shapes: dict[str, tuple[tuple[int | None, ...], ...] | None] = {}
+        self.calls: dict[str, tuple[tuple[int | None, ...], ...]] = {}
 
     def add_graph(self, graph: Any, seen: set[int] | None = None) -> ShapeIndex:
         seen = set() if seen is None else seen
@@ -211,7 +213,8 @@ class ShapeIndex:
                 sub = getattr(op, attr, None)
                 if sub is not None:
                     self.add_graph(sub, seen)
-            for sub in _called_graphs(graph, op):
+            for name, sub in _called_graphs(graph, op):
+                self.calls[name] = shapes
                 self.add_graph(sub, seen)
         return self
 
@@ -232,8 +235,9 @@ class ShapeIndex:
         return found
 
 
-def _called_graphs(graph: Any, op: Any) -> list[Any]:
-    """The graphs of the functions `op` calls (PartitionedCall's `f`), where Python has them."""
+def _called_graphs(graph: Any, op: Any) -> list[tuple[str, Any]]:
+    """(name, graph) of the functions `op` calls (PartitionedCall's `f`), where Python has
+    their graphs."""
     graphs = []
     for attr in ("f", "then_branch", "else_branch", "body", "cond"):
         try:
@@ -243,7 +247,7 @@ def _called_graphs(graph: Any, op: Any) -> list[Any]:
         function = graph._get_function(name) if hasattr(graph, "_get_function") else None
         sub = getattr(function, "graph", None)
         if sub is not None:
-            graphs.append(sub)
+            graphs.append((name, sub))
     return graphs
 
 
@@ -374,10 +378,14 @@ def breakdown(
     }
 
 
-def attention_share(result: dict[str, Any], seq_len: int) -> dict[str, Any]:
-    """Attention's time in one breakdown (`breakdown`'s result): ms per step and share of the
-    busy time, in total and per part (ATTENTION_PARTS)."""
+def attention_share(
+    result: dict[str, Any], seq_len: int, clusters: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Attention's ms per step and share of the busy time in one breakdown, in total and per
+    part (ATTENTION_PARTS), `clusters` (`profile_clusters.attention_clusters`) added."""
     parts = dict.fromkeys(ATTENTION_PARTS, 0.0)
+    for part, ms in (clusters or {}).items():
+        parts[part] += ms
     for op in result["ops"]:
         part = attention_part(op, seq_len)
         if part:

@@ -79,3 +79,48 @@ def test_function_names_of_modules():
     assert pc.cluster_function(GELU) == "_gelu_bias_forward"
     assert pc.cluster_function(NORM) == "_forward"
     assert pc.cluster_function("cluster_7") == "cluster_7"
+
+
+def test_attention_clusters_by_the_shapes_of_their_calls():
+    """A cluster counts in attention when its call reads a [batch, heads, seq, seq] tensor: a
+    dropout's function as dropout, another as the softmax's part; clusters called on the
+    hidden rows [n, width] do not count, nor modules the traced graph does not call."""
+    seq = 128
+    scores = ((16, 4, seq, seq), (2,), (), (), (16, 4, seq, seq))
+    rows = ((2048, 256), (2,), (), (), (2048, 256))
+    calls = {
+        "__inference__fused_drop_812": scores,
+        "__inference__fused_drop_901": rows,
+        "__inference__dropped_backward_950": scores,
+        "__inference__backward_977": scores,
+    }
+    ps = 1_000_000_000  # 1 ms
+    durations = {
+        ("a_inference__fused_drop_812__.9", "fusion"): [ps, ps],
+        ("a_inference__fused_drop_901__.4", "fusion"): [5 * ps],
+        ("a_inference__dropped_backward_950__XlaMustCompile_true", "fusion"): [3 * ps],
+        ("a_inference__backward_977__.2", "reduce"): [ps],
+        ("a_inference__fused_drop_333__.1", "fusion"): [7 * ps],  # not in the graph
+        ("cluster_7", "fusion"): [ps],
+    }
+    parts = pc.attention_clusters(durations, calls, seq, steps=2)
+    assert parts == pytest.approx({"dropout": 2.5, "softmax_mask": 0.5})
+
+
+def test_shape_index_records_each_called_function_with_its_call_shapes():
+    import tensorflow as tf
+
+    from bench.profile_trace import ShapeIndex
+
+    @tf.function(jit_compile=True)
+    def inner(x):
+        return x * 2.0
+
+    @tf.function
+    def outer(x):
+        return inner(x), inner(tf.reshape(x, [2, 2]))
+
+    graph = outer.get_concrete_function(tf.TensorSpec([4], tf.float32)).graph
+    calls = ShapeIndex().add_graph(graph).calls
+    shapes = sorted(v for k, v in calls.items() if k.startswith("__inference_inner_"))
+    assert shapes == [((2, 2), (2, 2)), ((4,), (4,))]
