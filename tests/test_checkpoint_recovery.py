@@ -97,6 +97,24 @@ def test_a_sound_index_is_trusted_without_reading_the_checkpoints(tmp_path, monk
     assert resume_point(str(tmp_path), write_index=True).endswith("ckpt-6")
 
 
+def test_a_sound_index_in_a_relative_folder_is_trusted(tmp_path, monkeypatch):
+    """`make pretrain` names the run folder relative to the repository (data/default/models/
+    electra_small): its sound index must resume without a warning or a rebuilt index (it once
+    joined the folder twice, called ckpt-N's files gone and read every checkpoint in full)."""
+    _saved(tmp_path / "models" / "run")
+    monkeypatch.chdir(tmp_path)
+    index = (tmp_path / "models" / "run" / "checkpoint").read_bytes()
+    monkeypatch.setattr(
+        "electra_tf.checkpoints.recovery.checkpoint_problem",
+        lambda prefix: pytest.fail("a sound index needs no scan"),
+    )
+    out = io.StringIO()
+    latest = resume_point(os.path.join("models", "run"), write_index=True, stream=out)
+    assert latest == os.path.join("models", "run", "ckpt-6")
+    assert out.getvalue() == ""
+    assert (tmp_path / "models" / "run" / "checkpoint").read_bytes() == index
+
+
 def test_an_empty_folder_starts_fresh(tmp_path):
     assert resume_point(str(tmp_path), write_index=True) is None
     assert not holds_checkpoints(str(tmp_path))

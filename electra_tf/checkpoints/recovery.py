@@ -101,9 +101,7 @@ def _index_problem(model_dir: str) -> tuple[str | None, str | None]:
         return None, f"{index} is unreadable ({_first_line(e)})"
     if state is None or not state.model_checkpoint_path:
         return None, f"{index} names no checkpoint"
-    latest = state.model_checkpoint_path
-    if not os.path.isabs(latest):
-        latest = os.path.join(model_dir, latest)
+    latest = state.model_checkpoint_path  # TensorFlow joined a relative name to model_dir
     if not os.path.isfile(latest + ".index"):
         return None, f"{index} names {os.path.basename(latest)}, whose files are gone"
     return latest, None
