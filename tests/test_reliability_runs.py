@@ -10,8 +10,10 @@ other workers' side of the all-gather. Everything else runs the CLIs in this pro
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -290,3 +292,77 @@ def test_finetuning_longer_than_the_checkpoints_positions_is_one_line(tmp_path, 
     record("5", "finetune max_seq_length 1024 on a 512-position model", "exit 2 naming both", err)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "max_seq_length 1024 exceeds the max_position_embeddings 512" in err, err
+
+
+# ------------------------------------------------------------------ 6. fine-tuning stopped
+class _SigtermNotHandled(Exception):
+    """Raised by the test's own SIGTERM handler: the CLI did not install its own."""
+
+
+def _stop_in_training(signum):
+    def train(self):
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt  # what Python's SIGINT handler raises in a step
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the handler raises in this thread before the sleep ends
+
+    return train
+
+
+def _finetune_stopped(data):
+    """`_finetune`, a KeyboardInterrupt escaping the CLI failing the test (not aborting pytest)."""
+    try:
+        return _finetune(data)
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped the fine-tuning CLI: the user sees a traceback")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_finetuning_says_what_is_kept_without_a_traceback(
+    tmp_path, capsys, monkeypatch, signum
+):
+    """Ctrl-C (SIGINT) or SIGTERM during fine-tuning: exit 128 + signal, one message saying
+    what is kept and how to run again, the model dir's lock released, no traceback."""
+    from electra_tf.runs.finetuning import ModelRunner
+
+    data = _finetune_data(tmp_path)
+    monkeypatch.setattr(ModelRunner, "train", _stop_in_training(signum))
+
+    def not_handled(*_):
+        raise _SigtermNotHandled
+
+    previous = signal.signal(signal.SIGTERM, not_handled)
+    try:
+        code = _finetune_stopped(data)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    name = signal.Signals(signum).name
+    record("6", f"fine-tuning stopped by {name}", "exit 128 + signal, what is kept", last_line(err))
+    assert code == 128 + signum, err
+    assert f"stopped ({name}): the trial under way was not finished" in err, err
+    assert "overwrite" in err and "Traceback" not in err, err
+    assert not list((data / "models" / "tiny").glob(".finetune-*.lock"))
+
+
+def test_a_stopped_tfrecord_write_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    """A fine-tuning TFRecord being written when the run stops is removed, not left beside
+    the complete ones."""
+    from electra_tf.finetuning import preprocessing
+
+    data = _finetune_data(tmp_path)
+    original = preprocessing.Preprocessor.make_example
+    calls = []
+
+    def stop_at_the_second(self, features):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return original(self, features)
+
+    monkeypatch.setattr(preprocessing.Preprocessor, "make_example", stop_at_the_second)
+    assert _finetune_stopped(data) == 128 + signal.SIGINT
+    assert "stopped (SIGINT)" in capsys.readouterr().err
+    records = data / "models" / "tiny" / "finetuning_tfrecords"
+    assert len(calls) == 2 and records.exists()
+    assert not [p.name for p in records.rglob("*.tmp-*")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
     from electra_tf.finetuning.task import DataError
-    from electra_tf.run_lock import LockError, RunLock
+    from electra_tf.run_lock import LockError, RunLock, Terminated, sigterm_raises
     from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
     try:
@@ -96,8 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     failures += (VocabError,)
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
-        with RunLock(
-            plan.config.resolved_model_dir(), f".finetune-{plan.config.tasks_str}.lock", "model dir"
+        # SIGTERM as an exception, so that the lock is released on the way out, as on Ctrl-C.
+        with (
+            sigterm_raises(),
+            RunLock(
+                plan.config.resolved_model_dir(),
+                f".finetune-{plan.config.tasks_str}.lock",
+                "model dir",
+            ),
         ):
             run_finetuning(plan)
     except (LockError, ConfigError) as e:  # a setting the data or the model refutes: input
@@ -106,7 +113,21 @@ def main(argv: list[str] | None = None) -> int:
     except failures as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except (Terminated, KeyboardInterrupt) as stop:
+        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+        print(f"\n{stopped_message(signal.Signals(signum).name)}", file=sys.stderr)
+        return 128 + signum
     return 0
+
+
+def stopped_message(signal_name: str) -> str:
+    """What a fine-tuning run stopped by a signal tells the user (no traceback)."""
+    return (
+        f"stopped ({signal_name}): the trial under way was not finished and is not kept; "
+        "fine-tuning does not resume (nor does the original's). Trials finished before the stop "
+        "kept their results. To run again: the same command with --hparams "
+        "'{\"overwrite\": true}'."
+    )
 
 
 if __name__ == "__main__":

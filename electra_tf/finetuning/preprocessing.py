@@ -12,6 +12,7 @@ the raw files' size and modification time, all recorded in the `.metadata` file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -104,16 +105,21 @@ class Preprocessor:
         os.makedirs(self.config.tfrecords_dir(), exist_ok=True)
         n = 0
         tmp = f"{record_path}.tmp-{os.getpid()}"
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for index, (task, example) in enumerate(self._examples(tasks, split, is_training)):
-                for features in task.featurize(example, is_training):
-                    if self.config.log_examples and index == 0:
-                        print(f"[{task.name} {split}] first example: {features}", flush=True)
-                    writer.write(self.make_example(features).SerializeToString())
+        try:
+            with tf.io.TFRecordWriter(tmp) as writer:
+                for index, (task, example) in enumerate(self._examples(tasks, split, is_training)):
+                    for features in task.featurize(example, is_training):
+                        if self.config.log_examples and index == 0:
+                            print(f"[{task.name} {split}] first example: {features}", flush=True)
+                        writer.write(self.make_example(features).SerializeToString())
+                        n += 1
+                while n % batch_size:
+                    writer.write(self.padding_example().SerializeToString())
                     n += 1
-            while n % batch_size:
-                writer.write(self.padding_example().SerializeToString())
-                n += 1
+        except BaseException:  # bad data, Ctrl-C, SIGTERM: no half-written file left behind
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
         os.replace(tmp, record_path)
         write_json(metadata_path, {"n_examples": n, "key": key}, indent=2, sort_keys=True)
         return record_path, n
