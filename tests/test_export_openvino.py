@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -169,6 +170,47 @@ def test_refusals_write_nothing(converted, tmp_path, capsys):
     assert export_openvino.main(args) == 2
     assert "no 'x' signature" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_bfloat16_export_is_refused_naming_the_float32_one(converted, tmp_path, capsys):
+    """OpenVINO's TensorFlow reader cannot convert the bfloat16 export's constants (it failed
+    with a traceback: "No conversion rule found for operations: Const of unknown type"): the
+    export's `export.json` says bfloat16, and the refusal says which export to convert."""
+    saved_model, _ = converted
+    copy = tmp_path / "bf16" / "1"
+    shutil.copytree(saved_model, copy)
+    info_file = copy / "assets" / "export.json"
+    info_file.write_text(json.dumps({**json.loads(info_file.read_text()), "precision": "bfloat16"}))
+    args = ["--saved-model", str(copy), "--output-dir", str(tmp_path / "out")]
+    assert export_openvino.main(args) == 2
+    err = capsys.readouterr().err
+    assert "is a --precision bfloat16 export" in err and "Convert the float32 export" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_conversion_openvino_refuses_is_one_line(converted, tmp_path, capsys, monkeypatch):
+    """Whatever OpenVINO cannot convert is one line naming the export and OpenVINO's reason
+    (its summary line), not its traceback; nothing is written."""
+    saved_model, _ = converted
+
+    class Refusing:
+        @staticmethod
+        def convert_model(graph):
+            raise RuntimeError(
+                "Check 'false' failed at src/frontends/common/unconverted_ops_report.cpp:151:\n"
+                "FrontEnd API failed with OpConversionFailure:\nModel wasn't fully converted.\n"
+                "Summary:\n-- No conversion rule found for operations: Const of unknown type\n"
+            )
+
+    monkeypatch.setattr(openvino_runtime, "import_openvino", lambda: Refusing)
+    args = ["--saved-model", saved_model, "--output-dir", str(tmp_path / "out")]
+    assert export_openvino.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"error: OpenVINO cannot convert {saved_model} (encode_ids): -- No conversion rule found "
+        "for operations: Const of unknown type (nothing was written)"
+    ), err
+    assert not (tmp_path / "out").exists()
 
 
 def test_bench_serve_times_the_export_via_openvino(converted, tmp_path, monkeypatch):

@@ -65,15 +65,9 @@ def vocab_size(saved_model: str) -> int:
 
 def query_blocks(saved_model: str) -> int:
     """The export's query blocks, from its `assets/export.json` (1 where it says nothing)."""
-    import json
-    import os
+    from electra_tf.serving.loading import export_info
 
-    path = os.path.join(saved_model, "assets", "export.json")
-    if not os.path.isfile(path):
-        return 1
-    with open(path, encoding="utf-8") as f:
-        value = json.load(f).get("query_blocks", 1)
-    return value if isinstance(value, int) else 1
+    return export_info(saved_model).get("query_blocks", 1)
 
 
 def agreement(saved_model: str, model_file: str, signature: str, features: dict) -> dict:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from electra_tf.serving.loading import export_info
 from electra_tf.serving.saved_model import ExportError
 
 SIGNATURE = "encode_ids"
@@ -174,8 +175,22 @@ def convert_export(export_dir: str, output_dir: str, signature: str = SIGNATURE)
     target = os.path.join(output_dir, MODEL_FILE)
     if os.path.exists(target):
         raise ExportError(f"{target} exists: choose another --output-dir (nothing was written)")
+    if export_info(export_dir).get("precision") == "bfloat16":
+        raise ExportError(
+            f"{export_dir} is a --precision bfloat16 export: its bfloat16 kernels are graph "
+            "constants, which OpenVINO's TensorFlow reader cannot convert. Convert the float32 "
+            "export of the same model: OpenVINO computes it in bf16 by itself on a CPU with bf16 "
+            "units (nothing was written)"
+        )
     graph, outputs = numeric_graph(export_dir, signature)
-    model = ov.convert_model(graph)
+    try:
+        model = ov.convert_model(graph)
+    except Exception as e:  # noqa: BLE001 - OpenVINO raises its own types (OpConversionFailure)
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        why = next((line for line in lines if line.startswith("--")), lines[-1] if lines else e)
+        raise ExportError(
+            f"OpenVINO cannot convert {export_dir} ({signature}): {why} (nothing was written)"
+        ) from None
     for port in model.inputs:  # "input_ids:0" -> "input_ids"
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
     for key, tensor_name in outputs:
