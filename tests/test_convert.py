@@ -82,6 +82,18 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert str(missing) in capsys.readouterr().err
 
 
+def test_a_serving_export_as_input_is_named_as_one(tmp_path, capsys):
+    """A SavedModel folder given as --input is not a checkpoint: the error says what it is and
+    where the weights it was made from are named."""
+    export = tmp_path / "serving" / "m_discriminator" / "1"
+    export.mkdir(parents=True)
+    (export / "saved_model.pb").write_bytes(b"")
+    rc = convert.main(["--to", "hf", "--input", str(export), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{export} is a SavedModel (a serving export), not a checkpoint" in err
+    assert "`source`" in err and not (tmp_path / "o").exists()
+
+
 def test_module_entry_point_runs(tmp_path):
     _tf1_checkpoint(tmp_path / "orig", generator=False)
     result = subprocess.run(

@@ -80,6 +80,12 @@ def resolve_prefix(path: str) -> str:
         numbered = [name for name in indexes if step(name) >= 0]
         if numbered:
             return os.path.join(path, max(numbered, key=step))
+        if os.path.isfile(os.path.join(path, "saved_model.pb")):
+            raise CheckpointError(
+                f"{path} is a SavedModel (a serving export), not a checkpoint: convert the "
+                "run folder or checkpoint the export was made from (its assets/export.json "
+                "names it under `source`)"
+            )
         raise CheckpointError(
             f"{path}: no `checkpoint` file and {len(indexes)} checkpoint(s) "
             f"({', '.join(indexes) or 'none'}); pass a checkpoint prefix instead"
