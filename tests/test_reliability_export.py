@@ -86,6 +86,18 @@ def test_export_max_seq_length_past_the_positions_names_both(model_data, tmp_pat
                                  None, 0)  # fmt: skip
 
 
+def test_export_of_a_model_that_is_not_there_names_the_ones_that_are(model_data, capsys):
+    """A --model-name with no folder: one line naming the folder and the models beside it, and
+    nothing created (the lock had made <model_dir>/serving before the error)."""
+    code = export.main(["--data-dir", str(model_data), "--model-name", "nosuch"])
+    err = last_line(capsys.readouterr().err)
+    record("5", "export --model-name of no folder", "exit 1 naming the models there", err)
+    assert code == 1, err
+    assert f"{model_data / 'models' / 'nosuch'}: no such model folder" in err, err
+    assert f"{model_data / 'models'} holds tiny" in err, err
+    assert not (model_data / "models" / "nosuch").exists()
+
+
 def test_a_stopped_export_releases_its_lock(model_data, tmp_path, capsys, monkeypatch):
     """SIGTERM (what `timeout` and `kill` send) mid-export: exit 143, one line, and the lock
     file is gone (the default SIGTERM ended the process inside the lock)."""

@@ -134,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_dir = args.output_dir or os.path.join(model_dir, "serving")
     kinds = ("discriminator", "encoder") if args.kind == "all" else (args.kind,)
     names = [f"{args.model_name}_{k}" for k in ((args.task,) if args.task else kinds)]
+    if not (os.path.isdir(model_dir) or args.checkpoint or args.pretrained):
+        # Before the lock, which would create <model_dir>/serving for a model that is not there.
+        print(f"error: {missing_model(args.data_dir, model_dir)}", file=sys.stderr)
+        return 1
     try:
         # SIGTERM as an exception: the lock and a half-written version are cleaned up on the
         # way out (the default SIGTERM left the lock file behind).
@@ -150,6 +154,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + signum
+
+
+def missing_model(data_dir: str, model_dir: str) -> str:
+    """The error for a --model-name with no folder: the models `data_dir` holds."""
+    models_dir = os.path.join(data_dir, "models")
+    models = sorted(os.listdir(models_dir)) if os.path.isdir(models_dir) else []
+    held = f"{models_dir} holds {', '.join(models)}" if models else f"{models_dir} holds no model"
+    return f"{model_dir}: no such model folder ({held}); or name weights with --checkpoint"
 
 
 def _export(
