@@ -88,7 +88,6 @@ from bench.profile_trace import (  # noqa: F401  (this module's names before the
     OP_EVENT,
     TFDATA_EVENT,
     WINDOW,
-    XLA_EVENT,
     ShapeIndex,
     attention_line,
     attention_share,

@@ -6,8 +6,7 @@ thread, events nest by time, and an event's SELF time is its duration minus that
 nested in it (`nest`). Every event is one of:
 
 - an op kernel (`<op name>:<op type>`): its self time goes to a category (bench/profile_rules.py);
-- a computation of an XLA cluster (lower-case HLO names: `multiply_convert_fusion.clone`,
-  `reduce-window.5.clone`, `convert.8`): an op of type `XlaFusion` (category "XLA clusters");
+- a computation of an XLA cluster (an `hlo_module` stat): an `XlaFusion` op ("XLA clusters");
 - `IteratorGetNextOp::DoCompute` and the tf.data events nested in it: the IteratorGetNext op,
   which runs on a tf.data thread while the step waits for it: category "input pipeline";
 - other tf.data events (`Iterator::*`, `PrefetchProduce`, ...): the background producer, off the
@@ -86,8 +85,6 @@ def nest(intervals: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
 
 
 OP_EVENT = re.compile(r"^(?P<name>[^:]+):(?P<type>_?[A-Z][A-Za-z0-9_]*)$")
-# An XLA computation's thunk: an HLO instruction name, lower case (`select_convert_fusion.clone`).
-XLA_EVENT = re.compile(r"^[a-z][a-z0-9_\-]*(\.\d+)*(\.clone)?$")
 TFDATA_EVENT = re.compile(r"^(Iterator::|Prefetch|ParallelMap|ParallelInterleave|MapAndBatch)")
 GETNEXT_EVENT = "IteratorGetNextOp::DoCompute"
 
@@ -113,10 +110,12 @@ def host_plane(path: str) -> tuple[Any, list[str]]:
     return host, [name for name in planes if name.startswith("/device:")]
 
 
-def host_lines(path: str) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[str]]:
-    """The host plane of the trace at `path`: [(thread name, [(start ps, duration ps, event
-    name)])], and the names of the device planes (not read)."""
+def host_lines(path: str) -> tuple[list[tuple[str, list[tuple[int, int, str, bool]]]], list[str]]:
+    """The host plane of the trace at `path`: [(thread name, [(start ps, duration ps, name,
+    an XLA computation: an `hlo_module` stat, not the lower-case name `signature_wrapper` has
+    too)])], and the names of the device planes (not read)."""
     host, device_planes = host_plane(path)
+    hlo = {key for key, meta in host.stat_metadata.items() if meta.name == "hlo_module"}
     lines = []
     for line in host.lines:
         base = line.timestamp_ns * 1000
@@ -124,8 +123,9 @@ def host_lines(path: str) -> tuple[list[tuple[str, list[tuple[int, int, str]]]],
         for event in line.events:
             if event.duration_ps <= 0:
                 continue
-            meta = host.event_metadata[event.metadata_id]
-            events.append((base + event.offset_ps, event.duration_ps, meta.name))
+            xla = any(stat.metadata_id in hlo for stat in event.stats)
+            name = host.event_metadata[event.metadata_id].name
+            events.append((base + event.offset_ps, event.duration_ps, name, xla))
         lines.append((line.display_name or line.name, events))
     return lines, device_planes
 
@@ -140,7 +140,7 @@ def read_trace(logdir: str) -> dict[str, Any]:
     windows = [
         (start, start + duration)
         for _, events in lines
-        for start, duration, name in events
+        for start, duration, name, _ in events
         if name == WINDOW
     ]
     if not windows:
@@ -153,14 +153,14 @@ def read_trace(logdir: str) -> dict[str, Any]:
     ops: dict[tuple[str, str], int] = collections.defaultdict(int)
     executor = background = 0
     for line_name, events in lines:
-        self_times, roots = nest([(start, duration) for start, duration, _ in events])
-        for (start, _, name), self_ps, root in zip(events, self_times, roots, strict=True):
+        self_times, roots = nest([(start, duration) for start, duration, *_ in events])
+        for (start, _, name, xla), self_ps, root in zip(events, self_times, roots, strict=True):
             if not inside(start) or name == WINDOW:
                 continue
             match = OP_EVENT.match(name)
             if match and "::" not in name:
                 ops[(match["name"], match["type"])] += self_ps
-            elif XLA_EVENT.match(name):
+            elif xla:
                 ops[(name, XLA_TYPE)] += self_ps
             elif events[root][2] == GETNEXT_EVENT:
                 ops[("IteratorGetNext (tf.data work it waited for)", "IteratorGetNext")] += self_ps
