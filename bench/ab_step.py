@@ -35,7 +35,7 @@ import tf_keras as keras
 
 from bench.machine import header, load_average, measure_peak
 from bench.project_step import apply_config_threads, project_train_steps, write_bench_vocab
-from electra_tf.config import pretraining_config
+from electra_tf.config import ConfigError, pretraining_config
 from electra_tf.device_defaults import probe_machine
 
 
@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError as error:
             parser.error(f"--{name.lower()}: not JSON ({error}): {text}")
         sides[name] = {"train_batch_size": args.batch, **hparams}
+        try:  # before the peak's measurement and the data: a bad config is a usage error
+            pretraining_config("ab", ".", hparams=sides[name], machine=probe_machine())
+        except ConfigError as error:
+            parser.error(f"--{name.lower()}: {error}")
     load_start = load_average()
     peak = measure_peak()  # in a subprocess, with TensorFlow's default threads
     data_dir = tempfile.mkdtemp(prefix="electra-ab-step-")

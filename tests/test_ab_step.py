@@ -45,3 +45,12 @@ def test_a_config_that_is_not_json_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         ab_step.main(["--b", "{precision: bf16}"])
     assert "--b: not JSON" in capsys.readouterr().err
+
+
+def test_a_config_the_project_refuses_is_a_usage_error_naming_the_side(capsys, monkeypatch):
+    """A bad value is refused before anything is measured or traced (it was a traceback)."""
+    monkeypatch.setattr(ab_step, "measure_peak", lambda: pytest.fail("measured before checking"))
+    with pytest.raises(SystemExit) as stop:
+        ab_step.main(["--a", '{"precision": "nope"}'])
+    assert stop.value.code == 2
+    assert "--a: precision: 'nope' is not" in capsys.readouterr().err
