@@ -24,7 +24,9 @@ if __name__ == "__main__" and not __package__:  # `python bench/ab_step.py`: ben
     raise SystemExit("run it from the repository root as: python -m bench.ab_step")
 
 import argparse
+import atexit
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = load_average()
     peak = measure_peak()  # in a subprocess, with TensorFlow's default threads
     data_dir = tempfile.mkdtemp(prefix="electra-ab-step-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     first = pretraining_config("ab", data_dir, hparams=sides["A"], machine=probe_machine())
     apply_config_threads(first)  # as the pre-training command would, before any op runs
     write_bench_vocab(data_dir, first.vocab_size)

@@ -39,9 +39,11 @@ Shapes are the small preset's: discriminator 12 x 256, 4 heads, FFN 1024; genera
 """
 
 import argparse
+import atexit
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -238,7 +240,8 @@ def ort(args):
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = load_discriminator(args.model_dir)
-    workdir = tempfile.mkdtemp(prefix="electra-ort-")
+    workdir = tempfile.mkdtemp(prefix="electra-ort-")  # the two ONNX models: ~66 MB
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     fp32_path = os.path.join(workdir, "electra_small.onnx")
     int8_path = os.path.join(workdir, "electra_small.int8.onnx")
     export_onnx(model, fp32_path, args.seq)

@@ -14,8 +14,10 @@ from __future__ import annotations
 if __name__ == "__main__" and not __package__:  # `python bench/step_speed.py`: bench is a package
     raise SystemExit("run it from the repository root as: python -m bench.step_speed")
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -23,7 +25,7 @@ import time
 import tensorflow as tf
 
 from bench.project_step import apply_config_threads, project_train_steps, write_bench_vocab
-from electra_tf.config import pretraining_config
+from electra_tf.config import ConfigError, pretraining_config
 from electra_tf.device_defaults import probe_machine
 
 
@@ -31,9 +33,15 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
-    hparams = json.loads(argv[0]) if argv else {}
-    steps = int(argv[1]) if len(argv) > 1 else 20
+    try:
+        hparams = json.loads(argv[0]) if argv else {}
+        steps = int(argv[1]) if len(argv) > 1 else 20
+        config = pretraining_config("speed", ".", hparams=hparams, machine=probe_machine())
+    except (ValueError, ConfigError) as error:  # JSONDecodeError is a ValueError
+        print(f"error: {error} (usage: python -m bench.step_speed 'JSON' [STEPS])", file=sys.stderr)
+        return 2
     data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     config = pretraining_config("speed", data_dir, hparams=hparams, machine=probe_machine())
     apply_config_threads(config)  # as the pre-training command would
     write_bench_vocab(data_dir, config.vocab_size)
