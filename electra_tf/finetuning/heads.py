@@ -272,7 +272,7 @@ class SpanQAHead(_Head):
 
         answerable_logit = tf.zeros_like(losses)
         if self.answerable_classifier:
-            answerable_logit = self._answerable_logit(hidden, start_logits)  # [B]
+            answerable_logit = self._answerable_logit(hidden, start_logits, training)  # [B]
             impossible = tf.cast(features[f"{name}_is_impossible"], answerable_logit.dtype)
             losses += self.answerable_weight * tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=impossible, logits=answerable_logit
@@ -309,12 +309,17 @@ class SpanQAHead(_Head):
         beam_end_logits = _float32(beam_end_logits) + mask_penalty[:, None, :]
         return tf.math.top_k(tf.nn.log_softmax(beam_end_logits), k=k)  # [B, K, K]
 
-    def _answerable_logit(self, hidden, start_logits):
+    def _answerable_logit(self, hidden, start_logits, training):
         """[B]: from [CLS], and (answerable_uses_start_logits) the start-weighted hidden state."""
         reprs = hidden[:, 0]  # [B, H]
         if self.answerable_uses_start_logits:
             start_p = tf.nn.softmax(start_logits)  # [B, L], float32
-            # The weighted sum in float32 (L terms); the dense layers cast back to their dtype.
+            # The weighted sum in float32 (L terms), cast back to the layers' dtype as Keras
+            # would; in a bfloat16 step their bias gradients are summed in float32 (as every
+            # other layer's, `dense_train_rows`).
             start_feature = tf.reduce_sum(start_p[:, :, None] * _float32(hidden), axis=1)
-            reprs = self.answer_hidden(tf.concat([_float32(reprs), start_feature], -1))
-        return _float32(tf.squeeze(self.answer_dense(reprs), -1))  # [B]
+            joined = tf.concat([_float32(reprs), start_feature], -1)
+            joined = tf.cast(joined, self.answer_hidden.compute_dtype)
+            reprs = dense_train_rows(self.answer_hidden, joined, training, "gelu")
+        answerable = dense_train_rows(self.answer_dense, reprs, training)
+        return _float32(tf.squeeze(answerable, -1))  # [B]
