@@ -277,7 +277,12 @@ def test_save_versioned_numbering_and_overwrite(tmp_path):
 def test_cli_errors_name_the_problem(tmp_path, capsys):
     args = ["--data-dir", str(tmp_path), "--model-name", "none"]
     assert export.main(args) == 1
-    assert str(tmp_path / "models" / "none") in capsys.readouterr().err
+    assert f"{tmp_path / 'models' / 'none'}: no such model folder" in capsys.readouterr().err
+    assert export.main([*args, "--task", "sst"]) == 1
+    assert "no such model folder" in capsys.readouterr().err
+    assert not (tmp_path / "models" / "none").exists()
+    # A model folder without the task's fine-tuning run names the file it looked for.
+    (tmp_path / "models" / "none").mkdir(parents=True)
     assert export.main([*args, "--task", "sst"]) == 1
     assert "finetuning_config.json not found" in capsys.readouterr().err
 
