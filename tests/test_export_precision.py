@@ -320,3 +320,57 @@ def test_load_applies_the_threads_before_tensorflow_starts(exported, when):
         assert tuple(map(int, threads.split())) == expected and warned == "QUIET"
     else:
         assert tuple(map(int, threads.split())) == (0, 0) and warned == "WARNED"
+
+
+def test_a_model_built_under_a_mixed_policy_exports_in_float32(tmp_path):
+    """`save_for_serving(..., precision="float32")` of a discriminator built under the user's
+    global mixed_bfloat16 policy: the export computes in float32 as its export.json says (it
+    used to run the model's bfloat16 products while saying "float32"), with the model's
+    weights: its answers are a float32 model's on the same weights."""
+    import tf_keras as keras
+
+    import electra_tf
+    from electra_tf.modeling.discriminator import dummy_inputs
+
+    config = electra_tf.ModelConfig(
+        vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, embedding_size=16,
+    )  # fmt: skip
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        mixed = electra_tf.ElectraDiscriminator(config)
+        mixed(dummy_inputs())
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    reference = electra_tf.ElectraDiscriminator(config)
+    reference(dummy_inputs())
+    for name, variable in reference.variable_map().items():
+        variable.assign(mixed.variable_map()[name])
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(25)])
+    )
+    path = electra_tf.save_for_serving(mixed, str(tmp_path / "serving"), str(vocab), 16)
+    info = json.loads(open(os.path.join(path, "assets", "export.json")).read())
+    assert info["precision"] == "float32" and info["weight_dtypes"] == {"float32": 27457}
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    graph = saved.meta_graphs[0].graph_def
+    types = {
+        tf.dtypes.as_dtype(n.attr["T"].type).name
+        for function in graph.library.function
+        for n in function.node_def
+        if n.op in ("MatMul", "BatchMatMulV2", "_FusedMatMul")
+    }
+    assert types == {"float32"}, types
+    ids = tf.constant([[2, 7, 8, 9, 3, 0]])
+    features = {"input_ids": ids, "input_mask": tf.cast(ids > 0, tf.int32),
+                "segment_ids": tf.zeros_like(ids)}  # fmt: skip
+    got = tf.saved_model.load(path).signatures["encode_ids"](**features)
+    expected = tf.sigmoid(reference(features)["logits"])
+    np.testing.assert_allclose(
+        got["replaced_probability"].numpy()[:, :5], expected.numpy()[:, :5], atol=1e-6
+    )

@@ -17,7 +17,12 @@ from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
 from electra_tf.serving.module import ServingModule
-from electra_tf.serving.precision import bfloat16_twin, check_precision, model_twin_builder
+from electra_tf.serving.precision import (
+    bfloat16_twin,
+    check_precision,
+    model_twin_builder,
+    precision_twin,
+)
 from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json, write_export
 
 
@@ -205,6 +210,11 @@ def _kind_of(model: Any, task: Any, electric: bool) -> str:
     )
 
 
+def _compute_dtype(model: Any) -> str:
+    """The dtype `model`'s layers compute in (its Keras policy; float32 without one)."""
+    return getattr(getattr(model, "dtype_policy", None), "compute_dtype", "float32")
+
+
 def save_for_serving(
     model: Any,
     output_dir: str,
@@ -248,6 +258,10 @@ def save_for_serving(
     check_length(max_seq_length, model_config)
     if precision == "bfloat16":
         model = bfloat16_twin(model, model_twin_builder(model))
+    elif _compute_dtype(model) != "float32":
+        # Built under a mixed policy (the user's global one): a float32 export that says
+        # "float32" computes in float32, from a float32 twin with the same weights.
+        model = precision_twin(model, model_twin_builder(model, precision), "float32")
     module = serving_module(
         kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
         jit_compile=jit_compile, query_blocks=query_blocks,

@@ -81,7 +81,14 @@ def global_policy(name: str) -> Iterator[None]:
 def bfloat16_twin(model: Any, build: Callable[[], Any]) -> Any:
     """`build()` (a new model of `model`'s architecture, its variables created) under the
     "bfloat16" policy, with `model`'s weights: bfloat16 where the twin holds bfloat16 (rounded
-    to nearest even), float32 where it keeps float32 (the LayerNorms).
+    to nearest even), float32 where it keeps float32 (the LayerNorms)."""
+    return precision_twin(model, build, "bfloat16")
+
+
+def precision_twin(model: Any, build: Callable[[], Any], policy: str) -> Any:
+    """`build()` under Keras' `policy` ("bfloat16", or "float32" for a model built under a
+    mixed policy that a float32 export must not compute in 16 bits), `model`'s weights cast to
+    each twin variable's dtype.
 
     Both models must name their variables alike (`variable_map()`, the original checkpoint
     names), and every variable of the twin must be among them: a variable left at its random
@@ -89,33 +96,33 @@ def bfloat16_twin(model: Any, build: Callable[[], Any]) -> Any:
     """
     import tensorflow as tf
 
-    with global_policy("bfloat16"):
+    with global_policy(policy):
         twin = build()
     source, target = model.variable_map(), twin.variable_map()
     if source.keys() != target.keys():
         missing = sorted(set(source) ^ set(target))[:5]
-        raise ExportError(f"bfloat16 export: the two models' variables differ: {missing}")
+        raise ExportError(f"{policy} export: the two models' variables differ: {missing}")
     named = {id(v) for v in target.values()}
     # Trainable: a FinetuningModel's other weights are its loss metric's.
     unnamed = [v.name for v in twin.trainable_weights if id(v) not in named]
     if unnamed:
-        raise ExportError(f"bfloat16 export: variables without an original name: {unnamed[:5]}")
+        raise ExportError(f"{policy} export: variables without an original name: {unnamed[:5]}")
     for name, variable in target.items():
         value = source[name]
         if tuple(value.shape) != tuple(variable.shape):
             raise ExportError(
-                f"bfloat16 export: {name} is {value.shape} in the model, {variable.shape} in "
-                "its bfloat16 twin"
+                f"{policy} export: {name} is {value.shape} in the model, {variable.shape} in "
+                f"its {policy} twin"
             )
         variable.assign(tf.cast(value, variable.dtype))
     return twin
 
 
-def model_twin_builder(model: Any) -> Callable[[], Any]:
+def model_twin_builder(model: Any, precision: str = "bfloat16") -> Callable[[], Any]:
     """How to build a new model like `model` (an `ElectraDiscriminator` or a
     `TransformerEncoder`), its variables created: for `save_for_serving`, which gets a model
     held in Python. A `FinetuningModel` needs its tasks' feature specs: the export command
-    builds its twin (`sources.task_spec`)."""
+    builds its twin (`sources.task_spec`). `precision`: the export's, for the errors."""
     from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
     from electra_tf.modeling.discriminator import dummy_inputs
 
@@ -129,11 +136,11 @@ def model_twin_builder(model: Any) -> Callable[[], Any]:
         return discriminator
     if isinstance(model, TransformerEncoder):
         if not model.owns_embeddings:
-            raise ExportError("bfloat16 export: an encoder with shared embeddings")
+            raise ExportError(f"{precision} export: an encoder with shared embeddings")
         return lambda: TransformerEncoder(
             model.config, name=model.name, attention_direction=model.attention_direction
         )
     raise ExportError(
-        f"bfloat16 export of a {type(model).__name__} from Python: export a fine-tuned task "
-        "with `python -m electra_tf.export --task T --precision bfloat16`"
+        f"{precision} export of a {type(model).__name__} from Python: export a fine-tuned task "
+        f"with `python -m electra_tf.export --task T --precision {precision}`"
     )
