@@ -249,6 +249,8 @@ def save_for_serving(
         query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
         precision: "float32", or "bfloat16": the export computes with a bfloat16 twin of
             `model` (`serving.precision`; a discriminator or an encoder); `model` is unchanged.
+            A float32 export of a model built under a mixed policy computes with a float32
+            twin, so that it is what its export.json says.
     """
     check_precision(precision)
     if electric is None:
