@@ -82,9 +82,9 @@ def resolve_prefix(path: str) -> str:
             return os.path.join(path, max(numbered, key=step))
         if os.path.isfile(os.path.join(path, "saved_model.pb")):
             raise CheckpointError(
-                f"{path} is a SavedModel (a serving export), not a checkpoint: convert the "
-                "run folder or checkpoint the export was made from (its assets/export.json "
-                "names it under `source`)"
+                f"{path} is a SavedModel (a serving export), not a checkpoint: use the run "
+                "folder or checkpoint it was exported from (its assets/export.json names it "
+                "under `source`)"
             )
         raise CheckpointError(
             f"{path}: no `checkpoint` file and {len(indexes)} checkpoint(s) "
