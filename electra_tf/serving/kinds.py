@@ -210,9 +210,15 @@ def _kind_of(model: Any, task: Any, electric: bool) -> str:
     )
 
 
-def _compute_dtype(model: Any) -> str:
-    """The dtype `model`'s layers compute in (its Keras policy; float32 without one)."""
-    return getattr(getattr(model, "dtype_policy", None), "compute_dtype", "float32")
+def _as_exported(model: Any, precision: str) -> Any:
+    """The model the export computes with: `model`'s bfloat16 twin for a bfloat16 export; a
+    float32 twin of a model built under a mixed policy (the user's global one), so that a
+    float32 export computes in float32 as its export.json says; else `model` itself."""
+    if precision == "bfloat16":
+        return bfloat16_twin(model, model_twin_builder(model))
+    if getattr(getattr(model, "dtype_policy", None), "compute_dtype", "float32") != "float32":
+        return precision_twin(model, model_twin_builder(model, precision), "float32")
+    return model
 
 
 def save_for_serving(
@@ -249,8 +255,7 @@ def save_for_serving(
         query_blocks: groups of positions the encoder runs side by side (`ServingModule`).
         precision: "float32", or "bfloat16": the export computes with a bfloat16 twin of
             `model` (`serving.precision`; a discriminator or an encoder); `model` is unchanged.
-            A float32 export of a model built under a mixed policy computes with a float32
-            twin, so that it is what its export.json says.
+            (A model built under a mixed policy exports in float32 from a float32 twin.)
     """
     check_precision(precision)
     if electric is None:
@@ -258,12 +263,7 @@ def save_for_serving(
     kind = _kind_of(model, task, electric)
     model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
     check_length(max_seq_length, model_config)
-    if precision == "bfloat16":
-        model = bfloat16_twin(model, model_twin_builder(model))
-    elif _compute_dtype(model) != "float32":
-        # Built under a mixed policy (the user's global one): a float32 export that says
-        # "float32" computes in float32, from a float32 twin with the same weights.
-        model = precision_twin(model, model_twin_builder(model, precision), "float32")
+    model = _as_exported(model, precision)
     module = serving_module(
         kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
         jit_compile=jit_compile, query_blocks=query_blocks,
