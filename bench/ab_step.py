@@ -41,13 +41,13 @@ from electra_tf.config import ConfigError, pretraining_config
 from electra_tf.device_defaults import probe_machine
 
 
-def build_step(hparams: dict, data_dir: str):
-    """(config, train function, batch iterator) of one side, traced once (3 untimed steps)."""
-    config = pretraining_config("ab", data_dir, hparams=hparams, machine=probe_machine())
+def build_step(config):
+    """(train function, batch iterator) of one side's resolved config, traced once (3 untimed
+    steps)."""
     keras.utils.set_random_seed(1)
     _, steps, iterator = project_train_steps(config)
     steps(iterator, tf.constant(3)).numpy()
-    return config, steps, iterator
+    return steps, iterator
 
 
 def timed(steps, iterator, count: int) -> tuple[float, float]:
@@ -66,27 +66,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--warmup-rounds", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args(argv)
-    sides = {}
+    data_dir = tempfile.mkdtemp(prefix="electra-ab-step-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    machine = probe_machine()
+    sides, configs = {}, {}
     for name, text in (("A", args.a), ("B", args.b)):
         try:
             hparams = json.loads(text)
         except json.JSONDecodeError as error:
             parser.error(f"--{name.lower()}: not JSON ({error}): {text}")
         sides[name] = {"train_batch_size": args.batch, **hparams}
-        try:  # before the peak's measurement and the data: a bad config is a usage error
-            pretraining_config("ab", ".", hparams=sides[name], machine=probe_machine())
+        try:  # before the peak's measurement: a bad config is a usage error
+            configs[name] = pretraining_config("ab", data_dir, hparams=sides[name], machine=machine)
         except ConfigError as error:
             parser.error(f"--{name.lower()}: {error}")
     load_start = load_average()
     peak = measure_peak()  # in a subprocess, with TensorFlow's default threads
-    data_dir = tempfile.mkdtemp(prefix="electra-ab-step-")
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    first = pretraining_config("ab", data_dir, hparams=sides["A"], machine=probe_machine())
+    first = configs["A"]
     apply_config_threads(first)  # as the pre-training command would, before any op runs
     write_bench_vocab(data_dir, first.vocab_size)
     built = {}
     for name, hparams in sides.items():
-        config, steps, iterator = build_step(hparams, data_dir)
+        config = configs[name]
+        steps, iterator = build_step(config)
         threads = (config.intra_op_threads, config.inter_op_threads)
         if name == "B" and threads != (first.intra_op_threads, first.inter_op_threads):
             parser.error(

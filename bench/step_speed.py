@@ -33,16 +33,15 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
+    data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     try:
         hparams = json.loads(argv[0]) if argv else {}
         steps = int(argv[1]) if len(argv) > 1 else 20
-        config = pretraining_config("speed", ".", hparams=hparams, machine=probe_machine())
+        config = pretraining_config("speed", data_dir, hparams=hparams, machine=probe_machine())
     except (ValueError, ConfigError) as error:  # JSONDecodeError is a ValueError
         print(f"error: {error} (usage: python -m bench.step_speed 'JSON' [STEPS])", file=sys.stderr)
         return 2
-    data_dir = tempfile.mkdtemp(prefix="electra-step-speed-")
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    config = pretraining_config("speed", data_dir, hparams=hparams, machine=probe_machine())
     apply_config_threads(config)  # as the pre-training command would
     write_bench_vocab(data_dir, config.vocab_size)
     _, train_steps, iterator = project_train_steps(config)
