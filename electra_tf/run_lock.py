@@ -39,6 +39,15 @@ class Terminated(Exception):
     (`timeout`, `kill` and job schedulers all send SIGTERM)."""
 
 
+def report_stop(stop: BaseException, what: str) -> int:
+    """For a run stopped by `Terminated` (SIGTERM inside `sigterm_raises`) or KeyboardInterrupt
+    (Ctrl-C): prints `stopped (SIGTERM|SIGINT): <what>` on stderr and returns the exit status,
+    128 + the signal."""
+    signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+    print(f"stopped ({signal.Signals(signum).name}): {what}", file=sys.stderr)
+    return 128 + signum
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 

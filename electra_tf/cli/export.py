@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -120,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from electra_tf.tf_startup import start_tensorflow
 
     start_tensorflow()
-    from electra_tf.run_lock import LockError, RunLock, Terminated, sigterm_raises
+    from electra_tf.run_lock import LockError, RunLock, Terminated, report_stop, sigterm_raises
     from electra_tf.serving.precision import check_precision
     from electra_tf.serving.saved_model import ExportError
 
@@ -147,13 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (Terminated, KeyboardInterrupt) as stop:
-        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
-        print(
-            f"stopped ({signal.Signals(signum).name}): versions written before the stop are "
-            f"whole, the one under way was removed; {output_dir} is unlocked",
-            file=sys.stderr,
+        return report_stop(
+            stop,
+            "versions written before the stop are whole, the one under way was removed; "
+            f"{output_dir} is unlocked",
         )
-        return 128 + signum
 
 
 def missing_model(data_dir: str, model_dir: str) -> str:

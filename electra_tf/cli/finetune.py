@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 
 
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
     from electra_tf.finetuning.task import DataError
-    from electra_tf.run_lock import LockError, RunLock, Terminated, sigterm_raises
+    from electra_tf.run_lock import LockError, RunLock, Terminated, report_stop, sigterm_raises
     from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
     try:
@@ -114,20 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (Terminated, KeyboardInterrupt) as stop:
-        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
-        print(f"\n{stopped_message(signal.Signals(signum).name)}", file=sys.stderr)
-        return 128 + signum
+        print(file=sys.stderr)  # off the line the progress (or ^C) left
+        return report_stop(stop, STOPPED)
     return 0
 
 
-def stopped_message(signal_name: str) -> str:
-    """What a fine-tuning run stopped by a signal tells the user (no traceback)."""
-    return (
-        f"stopped ({signal_name}): the trial under way was not finished and is not kept; "
-        "fine-tuning does not resume (nor does the original's). Trials finished before the stop "
-        "kept their results. To run again: the same command with --hparams "
-        "'{\"overwrite\": true}'."
-    )
+# What a fine-tuning run stopped by a signal tells the user (no traceback).
+STOPPED = (
+    "the trial under way was not finished and is not kept; fine-tuning does not resume (nor "
+    "does the original's). Trials finished before the stop kept their results. To run again: "
+    "the same command with --hparams '{\"overwrite\": true}'."
+)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
 from electra_tf.data.tokenization import VocabError
-from electra_tf.run_lock import LockError, Terminated, sigterm_raises
+from electra_tf.run_lock import LockError, Terminated, report_stop, sigterm_raises
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
@@ -101,13 +100,7 @@ def run_build(options: BuildOptions) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (Terminated, KeyboardInterrupt) as stop:
-        signum = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
-        print(
-            f"stopped ({signal.Signals(signum).name}): {options.output_dir} is as it was "
-            "before this build",
-            file=sys.stderr,
-        )
-        return 128 + signum
+        return report_stop(stop, f"{options.output_dir} is as it was before this build")
     print(stats.summary())
     print(f"wrote {options.output_dir}")
     return 0
