@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -120,3 +121,14 @@ def describe_files(names: list[str], shown: int = 4) -> str:
     """ "a, b, c, d and 7 more": a few names of a list that may be long, and the count."""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+def file_sha1(path: str) -> str | None:
+    """The file's SHA-1 in hex; None when there is no such file."""
+    if not os.path.exists(path):
+        return None
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

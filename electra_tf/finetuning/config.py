@@ -9,7 +9,6 @@ taken after the overrides, exactly as the original reads them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import warnings
@@ -17,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
-from electra_tf.atomic_io import write_json
+from electra_tf.atomic_io import file_sha1, write_json  # file_sha1: also importable here
 from electra_tf.config import (
     INIT_CHECKPOINT_FORMATS,
     MODEL_SIZES,
@@ -31,34 +30,27 @@ from electra_tf.config import (
     replace_checked,
 )
 from electra_tf.config_checks import check_layout, thread_changes
+from electra_tf.finetuning import task_table
 from electra_tf.finetuning.encoder_sizes import DEBUG_MODEL, size_of_encoder, sized_encoder
 
 # Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
 FINETUNING_CONFIG_FILE = "finetuning_config.json"
 MODEL_CONFIG_FILE = "model_config.json"
 
-TASK_NAMES = (
-    "cola",
-    "sst",
-    "mrpc",
-    "sts",
-    "qqp",
-    "mnli",
-    "qnli",
-    "rte",
-    "squad",
-    "squadv1",
-    "newsqa",
-    "naturalqs",
-    "triviaqa",
-    "searchqa",
-    "chunk",
-)
+# The built-in task names (the original's), from the one task table; `known_task_names()` adds
+# the tasks registered since.
+TASK_NAMES = task_table.BUILT_IN_TASKS
+
+
+known_task_names = task_table.task_names
+check_task_names = task_table.check_task_names
 
 
 def is_qa_task(name: str) -> bool:
-    """The original's test: any name containing "squad" or "qa"."""
-    return "squad" in name or "qa" in name
+    """Whether `name` is a registered question-answering task (the table's kind; the original
+    tested for "squad" or "qa" in the name, which also matched e.g. a user's "faq_intent")."""
+    found = task_table.find_task_type(name)
+    return found is not None and found.kind == "qa"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +124,10 @@ class FinetuningConfig:
     # What sentence-classification heads read: "cls" (the original: the final [CLS] vector) or
     # "mean" (the mean of the final hidden states over real tokens).
     classifier_pooling: str = "cls"
+    # Tasks described by data files, by name: each a description as `--task-file` reads it
+    # (electra_tf/finetuning/task_spec.py: kind, files, columns, label set). Saved with every
+    # fine-tuned model, so its export knows the labels without the data.
+    user_tasks: dict = dataclasses.field(default_factory=dict)
     init_checkpoint: str | None = "auto"
     init_checkpoint_format: str = "auto"  # auto | native | original | hf | modelgarden | kerashub
     vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt
@@ -139,6 +135,20 @@ class FinetuningConfig:
     seed: int = 0  # trial t uses seed + t - 1
     log_every_steps: int = 0  # console/TensorBoard period; 0 -> min(iterations_per_loop, 100)
     overwrite: bool = False  # allow replacing existing fine-tuned model dirs
+    # Resuming and evaluating during training (docs/reliability.md, "Fine-tuning"). A trial
+    # saves a training checkpoint every `save_checkpoints_steps`, at each epoch's end and when
+    # stopped by a signal; the same command resumes it. Checkpoints kept per trial (0: all).
+    keep_checkpoint_max: int = 1
+    # Dev metrics during training every this many steps (0: none; the original evaluates at
+    # the end only), and/or at each epoch's end.
+    eval_every_steps: int = 0
+    eval_each_epoch: bool = False
+    # None (the original's): results and export use the final weights. A metric name
+    # ("accuracy", "f1", "mcc", "pearson", "exact_match", ...; "auto": each task's first
+    # metric): the best of the evaluations is kept in <trial>/best and used instead.
+    metric_for_best: str | None = None
+    # Stop a trial after this many evaluations without a better metric_for_best (0: never).
+    early_stopping_patience: int = 0
     # The dtype policy of the encoder and heads, as pre-training's `precision`: float32 (the
     # original's), mixed_bfloat16, mixed_float16 (with dynamic loss scaling) or "auto",
     # resolved by resolve(machine) (electra_tf/device_defaults.py: on a CPU mixed_bfloat16
@@ -153,6 +163,11 @@ class FinetuningConfig:
     intra_op_threads: int | str = "auto"
     inter_op_threads: int | str = "auto"
 
+    def __hash__(self) -> int:
+        # The dict fields (`model_hparam_overrides`, `user_tasks`) keep the dataclass' own hash
+        # from working: hash the sorted JSON of every field instead (equal configs, equal hash).
+        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
+
     def __post_init__(self) -> None:
         """`task_names` as a tuple, from a list or a comma-separated string."""
         # JSON gives lists; a tuple keeps the frozen config hashable.
@@ -166,11 +181,7 @@ class FinetuningConfig:
         """Itself, once every field is known and in range; ConfigError naming the field."""
         if not self.task_names:
             raise ConfigError("task_names: at least one task is required")
-        for name in self.task_names:
-            if name not in TASK_NAMES:
-                raise ConfigError(f"task_names: unknown task {name!r}; known: {TASK_NAMES}")
-        if len(set(self.task_names)) != len(self.task_names):
-            raise ConfigError(f"task_names: duplicate task in {self.task_names}")
+        check_task_names(self.task_names, self.user_tasks)
         if self.model_size not in MODEL_SIZES:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
@@ -197,7 +208,8 @@ class FinetuningConfig:
                 "max_answer_length",
                 "max_train_examples",
             ),
-            non_negative=("weight_decay_rate", "answerable_weight", "log_every_steps"),
+            non_negative=("weight_decay_rate", "answerable_weight", "log_every_steps")
+            + ("keep_checkpoint_max", "eval_every_steps", "early_stopping_patience"),
             probabilities=("warmup_proportion",),
         )
         check_model_overrides(self.model_hparam_overrides, "model_hparam_overrides")
@@ -205,6 +217,7 @@ class FinetuningConfig:
             raise ConfigError(f"max_seq_length: {self.max_seq_length} is too small")
         check_precision(self.precision)
         check_layout(self)
+        check_best_model(self)
         if self.classifier_pooling not in ("cls", "mean"):
             raise ConfigError(
                 f"classifier_pooling: {self.classifier_pooling!r} is not one of ['cls', 'mean']"
@@ -333,30 +346,27 @@ class FinetuningConfig:
         return dataclasses.asdict(self)
 
 
-def file_sha1(path: str) -> str | None:
-    """The file's SHA-1 in hex; None when there is no such file."""
-    if not os.path.exists(path):
-        return None
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def check_best_model(config: FinetuningConfig) -> None:
+    """Early stopping and the best checkpoint need evaluations during training to choose."""
+    evaluates = config.eval_every_steps > 0 or config.eval_each_epoch
+    if config.metric_for_best is not None and not evaluates:
+        raise ConfigError(
+            f"metric_for_best: {config.metric_for_best!r} needs evaluations during training; "
+            "set eval_every_steps or eval_each_epoch"
+        )
+    if config.early_stopping_patience and config.metric_for_best is None:
+        raise ConfigError(
+            "early_stopping_patience: needs metric_for_best (the metric that must improve), "
+            'e.g. "auto"'
+        )
 
 
 def _task_and_size_rules(task_names: tuple[str, ...], model_size: str, debug: bool) -> dict:
     """The original's defaults that depend on the tasks, the model size and debug mode."""
     rules: dict[str, Any] = {}
-    if len(task_names) == 1:
-        name = task_names[0]
-        if name in ("rte", "sts"):
-            rules["num_train_epochs"] = 10.0
-        elif is_qa_task(name):
-            rules.update(max_seq_length=512, num_train_epochs=2.0, write_test_outputs=False)
-        elif name == "chunk":
-            rules["max_seq_length"] = 256
-        else:
-            rules["num_train_epochs"] = 3.0
+    if len(task_names) == 1:  # the task table's rules of a task run alone
+        found = task_table.find_task_type(task_names[0])
+        rules.update(found.rules if found is not None else task_table.DEFAULT_RULES)
     if model_size == "large":
         rules.update(learning_rate=5e-5, layerwise_lr_decay=0.9)
     elif model_size == "small":
@@ -382,7 +392,9 @@ def _overrides(hparams: str | Mapping[str, Any] | None, tasks: str | None) -> di
     if tasks is not None:
         names = [t.strip() for t in tasks.split(",") if t.strip()]
         if not names:  # `--tasks ""` used to fall back to the default task, chunk
-            raise ConfigError(f"--tasks: {tasks!r} names no task; known: {TASK_NAMES}")
+            raise ConfigError(
+                f"--tasks: {tasks!r} names no task; known: {', '.join(known_task_names())}"
+            )
         overrides["task_names"] = names
     return overrides
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from electra_tf.atomic_io import write_text
 from electra_tf.finetuning import heads, scorers
-from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task, log
 
 
@@ -316,19 +315,3 @@ class STS(RegressionTask):
     columns = (-3, -2, -1, True)
     test_columns = (-2, -1, None, True)
     double_train = True
-
-
-GLUE_TASKS: dict[str, type[SentenceTask]] = {
-    "cola": CoLA,
-    "sst": SST,
-    "mrpc": MRPC,
-    "sts": STS,
-    "qqp": QQP,
-    "mnli": MNLI,
-    "qnli": QNLI,
-    "rte": RTE,
-}
-
-
-def make_glue_task(name: str, config: FinetuningConfig, tokenizer: Any) -> SentenceTask:
-    return GLUE_TASKS[name](config, name, tokenizer)

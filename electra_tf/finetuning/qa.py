@@ -332,16 +332,16 @@ class MRQATask(QATask):
         return self._examples[split]
 
 
-QA_TASKS = {
-    "squad": (SQuADTask, True),
-    "squadv1": (SQuADTask, False),
-    "newsqa": (MRQATask, False),
-    "naturalqs": (MRQATask, False),
-    "triviaqa": (MRQATask, False),
-    "searchqa": (MRQATask, False),
-}
+def squad_v2(config: FinetuningConfig, name: str, tokenizer: Any) -> QATask:
+    """SQuAD 2.0 (unanswerable questions), as the task table builds it."""
+    return SQuADTask(config, name, tokenizer, v2=True)
 
 
-def make_qa_task(name: str, config: FinetuningConfig, tokenizer: Any) -> QATask:
-    cls, v2 = QA_TASKS[name]
-    return cls(config, name, tokenizer, v2=v2)
+def squad_v1(config: FinetuningConfig, name: str, tokenizer: Any) -> QATask:
+    """SQuAD 1.1."""
+    return SQuADTask(config, name, tokenizer, v2=False)
+
+
+def mrqa(config: FinetuningConfig, name: str, tokenizer: Any) -> QATask:
+    """An MRQA task (NewsQA, Natural Questions, TriviaQA, SearchQA): JSONL paragraphs."""
+    return MRQATask(config, name, tokenizer, v2=False)

@@ -158,5 +158,5 @@ class TaggingTask(Task):
         self.skip_test_predictions()
 
 
-def make_tagging_task(name: str, config: FinetuningConfig, tokenizer: Any) -> TaggingTask:
+def make_tagging_task(config: FinetuningConfig, name: str, tokenizer: Any) -> TaggingTask:
     return TaggingTask(config, name, tokenizer)
