@@ -89,9 +89,28 @@ def test_cli_finetunes_and_writes_results(data_dir, capsys):
     submission = (model_dir / "test_predictions" / "sst_test_1.tsv").read_text().splitlines()
     assert submission[0] == "index\tprediction" and len(submission) == 3
     assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])
-    # A second run must not silently replace the fine-tuned models.
-    assert run_cli(data_dir, hparams) == 1
+    # The same command again keeps the finished trials (nothing is trained or replaced).
+    stamps = [
+        (model_dir / "finetuning_models" / f"sst_model_{t}" / "checkpoint").stat().st_mtime_ns
+        for t in (1, 2)
+    ]
+    assert run_cli(data_dir, hparams) == 0
+    out = capsys.readouterr().out
+    assert out.count("was finished: kept") == 2 and "Training for" not in out
+    assert stamps == [
+        (model_dir / "finetuning_models" / f"sst_model_{t}" / "checkpoint").stat().st_mtime_ns
+        for t in (1, 2)
+    ]
+    assert json.loads((model_dir / "results" / "sst_results.json").read_text())["trials"] == (
+        results["trials"]
+    )
+    # A folder this run did not write is still not replaced without `overwrite`.
+    foreign = model_dir / "finetuning_models" / "sst_model_3"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert run_cli(data_dir, {**hparams, "num_trials": 3}) == 1
     assert "overwrite" in capsys.readouterr().err
+    assert (foreign / "notes.txt").read_text() == "mine"
 
 
 def test_cli_rejects_unknown_hparam(data_dir, capsys):

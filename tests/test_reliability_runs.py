@@ -340,8 +340,9 @@ def test_a_stopped_finetuning_says_what_is_kept_without_a_traceback(
     name = signal.Signals(signum).name
     record("6", f"fine-tuning stopped by {name}", "exit 128 + signal, what is kept", last_line(err))
     assert code == 128 + signum, err
-    assert f"stopped ({name}): the trial under way was not finished" in err, err
-    assert "overwrite" in err and "Traceback" not in err, err
+    assert f"stopped ({name}): the trial under way saved a checkpoint" in err, err
+    assert "Run the same command again to resume" in err, err
+    assert "overwrite" not in err and "Traceback" not in err, err
     assert not list((data / "models" / "tiny").glob(".finetune-*.lock"))
 
 

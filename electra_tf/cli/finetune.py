@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # What a fine-tuning run stopped by a signal tells the user (no traceback).
 STOPPED = (
-    "the trial under way was not finished and is not kept; fine-tuning does not resume (nor "
-    "does the original's). Trials finished before the stop kept their results. To run again: "
-    "the same command with --hparams '{\"overwrite\": true}'."
+    "the trial under way saved a checkpoint at the step it reached (kill -9: its last "
+    "checkpoint stays); trials finished before the stop keep their results. Run the same "
+    "command again to resume."
 )
 
 

@@ -28,6 +28,7 @@ from electra_tf.config import ModelConfig
 from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.task import FeatureSpec, Task
 from electra_tf.modeling import TransformerEncoder
+from electra_tf.modeling.dropout import draw_seeds_from
 from electra_tf.modeling.utils import PLAIN_INFERENCE, InferenceOptions
 from electra_tf.pretraining.gradients import add_gradients
 
@@ -60,6 +61,10 @@ class FinetuningModel(keras.Model):
         feature_specs: every feature of a batch (to build the heads with a dummy batch).
         parallel_micro_batches: the slices of a training batch whose gradients are
             independent ops (1: one pass over the batch).
+        seed: where given, every dropout mask's seed is a draw of `self.rng`, a
+            `tf.random.Generator` seeded with it that checkpoints with the model, so that a
+            resumed run continues the masks where they stopped (`dropout.draw_seeds_from`);
+            None: Keras's generators (not resumable), as before.
         dtype (keyword): the dtype policy of the encoder and every head, e.g. "mixed_bfloat16"
             (None: Keras' global policy, which the bfloat16 export sets).
 
@@ -74,6 +79,7 @@ class FinetuningModel(keras.Model):
         tasks: list[Task],
         feature_specs: list[FeatureSpec],
         parallel_micro_batches: int = 1,
+        seed: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -83,6 +89,9 @@ class FinetuningModel(keras.Model):
         self.encoder = TransformerEncoder(model_config, name="electra", dtype=self.dtype_policy)
         self.task_heads = [t.make_head(dtype=self.dtype_policy) for t in tasks]
         self.loss_tracker = keras.metrics.Mean(name="loss")
+        if seed is not None:
+            self.rng = tf.random.Generator.from_seed(seed)
+            draw_seeds_from(self, self.rng)
         self(dummy_features(feature_specs), training=False)
 
     def call(self, features, training=False, inference_options: InferenceOptions = PLAIN_INFERENCE):

@@ -133,16 +133,30 @@ class Preprocessor:
         example = tf.io.parse_single_example(record, spec)
         return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
-    def dataset(self, path: str, is_training: bool) -> tf.data.Dataset:
+    def dataset(self, path: str, is_training: bool, start_step: int = 0) -> tf.data.Dataset:
+        """The split's batches; training's from step `start_step` on (a resumed trial's: the
+        stream is a function of the seed, so skipping the records of the steps done continues
+        it where the stopped trial was, before any record is decoded)."""
         batch_size = self.config.train_batch_size if is_training else self.config.eval_batch_size
         d = tf.data.TFRecordDataset(path)
         if is_training:
             d = d.repeat().shuffle(100, seed=self.config.seed)
+            if start_step:
+                d = d.skip(start_step * batch_size)
         d = d.map(self.decode, num_parallel_calls=tf.data.AUTOTUNE)
         return d.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
-    def prepare_train(self) -> tuple[tf.data.Dataset, int]:
+    def prepare_train(self, start_step: int = 0) -> tuple[tf.data.Dataset, int]:
+        """(the training batches from `start_step` on, the trial's steps)."""
         path, n = self.serialize(self.tasks, "train", True)
+        return self.dataset(path, True, start_step), self.count_steps(n)[0]
+
+    def train_steps(self) -> tuple[int, int]:
+        """(the trial's training steps, the steps of one epoch); ConfigError for 0 steps."""
+        return self.count_steps(self.serialize(self.tasks, "train", True)[1])
+
+    def count_steps(self, n: int) -> tuple[int, int]:
+        """`train_steps` for a train file of `n` records."""
         batches = n // self.config.train_batch_size  # n is padded to whole batches
         steps = int(batches * self.config.num_train_epochs)
         if steps < 1:
@@ -153,7 +167,7 @@ class Preprocessor:
                 f"{self.config.train_batch_size} per epoch ({n} examples with padding); set "
                 f"num_train_epochs to at least {epochs:g} or lower train_batch_size"
             )
-        return self.dataset(path, True), steps
+        return steps, batches
 
     def prepare_predict(self, tasks: list[Task], split: str) -> tuple[tf.data.Dataset, int]:
         path, n = self.serialize(tasks, split, False)

@@ -82,6 +82,48 @@ def _fused_drop(x, seed, threshold, scale):
     return tf.where(kept(x, seed, threshold), x * scale, tf.zeros_like(x))
 
 
+class GeneratorSeeds(tf.Module):
+    """Stands in for a `Dropout` layer's Keras random generator (`draw_seeds_from`): each
+    training call's mask seed is one draw of `generator`, a `tf.random.Generator` whose state
+    is a variable the model's checkpoint holds. Keras's default generator draws from legacy
+    stateful ops whose state lives in the kernels and restarts with every process, so a run
+    resumed from a checkpoint would repeat its first masks; this one continues the stream, as
+    the pretrainer's `model.rng` does for the masking.
+
+    Args:
+      generator: the model's generator (one for every layer: calls draw in program order).
+    """
+
+    # What Keras reads of its own generator: the layer's config stays the legacy one's.
+    _rng_type = "legacy_stateful"
+
+    def __init__(self, generator: tf.random.Generator):
+        super().__init__(name="dropout_seeds")
+        self.generator = generator
+
+    def _maybe_init(self) -> None:
+        """Keras builds its generator lazily; this one exists already."""
+
+    def make_seed_for_stateless_op(self) -> tf.Tensor:
+        return self.generator.make_seeds()[:, 0]  # int64 [2]
+
+    def dropout(self, inputs, rate, noise_shape=None):
+        """Keras's own path (float16, a noise shape), from the same stream."""
+        seed = self.make_seed_for_stateless_op()
+        return tf.nn.experimental.stateless_dropout(inputs, rate, seed, noise_shape)
+
+
+def draw_seeds_from(layer: keras.layers.Layer, generator: tf.random.Generator) -> int:
+    """Makes every `Dropout` under `layer` draw its masks' seeds from `generator`; returns how
+    many. Not tracked as a dependency (Keras keeps its generator out of checkpoints too): the
+    owner tracks `generator` itself."""
+    dropouts = [m for m in layer.submodules if isinstance(m, Dropout)]
+    for dropout in dropouts:
+        # Past Keras's attribute tracking, as Keras assigns its own generator.
+        object.__setattr__(dropout, "_random_generator", GeneratorSeeds(generator))
+    return len(dropouts)
+
+
 class Dropout(keras.layers.Dropout):
     """Keras's Dropout (same arguments, config and scale) whose float32 and bfloat16 masks are
     the module docstring's: the original's keep probability, the bits made in the kernel.

@@ -53,6 +53,14 @@ from electra_tf.runs.finetuning_plan import (  # noqa: F401 - re-exported
     read_init_checkpoint,
     resolve_encoder,
 )
+from electra_tf.runs.finetuning_resume import (
+    begin_trial,
+    check_trials,
+    finished_trial,
+    record_path,
+    write_trial_record,
+)
+from electra_tf.runs.finetuning_train import TrialOutcome, restore_best, train_trial
 from electra_tf.runs.pretraining_model import current_learning_rate
 from electra_tf.runs.progress import FitProgress, ProgressReporter
 
@@ -66,9 +74,11 @@ class ModelRunner:
         tasks: list[Task],
         model_dir: str,
         pretrained: PretrainedModel | None = None,
+        seed: int | None = None,
     ):
         """`config`: the run's plan (`prepare_finetuning`), or a config alone, planned here
-        (`as_plan`: `pretrained`, its init checkpoint already read, else read now)."""
+        (`as_plan`: `pretrained`, its init checkpoint already read, else read now). `seed`:
+        the trial's dropout stream, checkpointed so that a trial resumes (else Keras's)."""
         plan = as_plan(config, pretrained)
         config = plan.config.resolve()  # a precision still "auto" (no machine probed): float32
         self.config, self.tasks, self.model_dir = config, tasks, model_dir
@@ -84,6 +94,7 @@ class ModelRunner:
             tasks,
             self.preprocessor.specs,
             parallel_micro_batches=parts,
+            seed=seed,
             dtype=config.precision,
         )
         if source is not None:
@@ -102,16 +113,10 @@ class ModelRunner:
             input_signature=[feature_signature(self.preprocessor.specs)],
         )
 
-    def train(self) -> None:
-        """Fits the model on the train split (one pass over all epochs' batches), then saves."""
-        dataset, steps = self.preprocessor.prepare_train()
-        self.train_steps = steps
-        optimizer = self.build_optimizer(steps)
-        self.model.compile(optimizer=optimizer)
-        log(f"Training for {steps} steps")
-        progress = self.progress(steps, optimizer)
-        self.model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[progress])
-        self.save()
+    def train(self) -> TrialOutcome:
+        """Fits the model on the train split (one pass over all epochs' batches), resuming
+        from the trial's latest checkpoint, then saves (`finetuning_train.train_trial`)."""
+        return train_trial(self)
 
     def build_optimizer(
         self, steps: int, initial_scale: float | None = None
@@ -133,15 +138,17 @@ class ModelRunner:
         )
         return optimization.for_precision(optimizer, config.precision, initial_scale)
 
-    def progress(self, steps: int, optimizer: keras.optimizers.Optimizer) -> FitProgress:
+    def progress(
+        self, steps: int, optimizer: keras.optimizers.Optimizer, start: int = 0
+    ) -> FitProgress:
         """The console line (pre-training's, with examples/s) and TensorBoard scalars under
         `<model_dir>/train`, every `log_every_steps` (0: min(iterations_per_loop, 100))."""
         config = self.config
         every = config.log_every_steps or min(config.iterations_per_loop, 100)
-        reporter = ProgressReporter(steps, 0, os.path.join(self.model_dir, "train"), sys.stdout)
+        reporter = ProgressReporter(steps, start, os.path.join(self.model_dir, "train"), sys.stdout)
         learning_rate = functools.partial(current_learning_rate, optimizer)
         return FitProgress(
-            reporter, every, config.train_batch_size, learning_rate, HEARTBEAT_SECONDS
+            reporter, every, config.train_batch_size, learning_rate, HEARTBEAT_SECONDS, start
         )
 
     def save(self) -> None:
@@ -176,13 +183,14 @@ class ModelRunner:
             scorer.update(result)
         return scorer
 
-    def evaluate(self) -> dict[str, dict[str, float]]:
-        """Every task's dev metrics, logged and returned by task name."""
+    def evaluate(self, quiet: bool = False) -> dict[str, dict[str, float]]:
+        """Every task's dev metrics, logged (unless `quiet`) and returned by task name."""
         results = {}
         for task in self.tasks:
             scorer = self.evaluate_task(task)
             results[task.name] = {k: float(v) for k, v in scorer.get_results()}
-            log(f"{task.name}: {scorer.results_str()}")
+            if not quiet:
+                log(f"{task.name}: {scorer.results_str()}")
         return results
 
     def write_test_outputs(self, trial: int) -> None:
@@ -211,19 +219,30 @@ def summarize(results: list[dict[str, dict[str, float]]]) -> dict[str, dict[str,
     return median
 
 
-def write_results(config: FinetuningConfig, results: list[dict[str, dict[str, float]]]) -> None:
-    """`results/<tasks>_results.txt` (every trial, then the medians) and `.json` (+ config)."""
+def write_results(
+    config: FinetuningConfig,
+    results: list[dict[str, dict[str, float]]],
+    runs: list[dict[str, Any]] | None = None,
+) -> None:
+    """`results/<tasks>_results.txt` (every trial, then the medians) and `.json` (+ config);
+    `runs`: how each trial ran (`trial_info`: resumed from which step, the best step), shown
+    where a trial resumed or was chosen by `metric_for_best`."""
     median = summarize(results)
     lines = []
-    for trial, trial_results in enumerate(results, start=1):
+    runs = runs or [{} for _ in results]
+    for trial, (trial_results, run) in enumerate(zip(results, runs, strict=True), start=1):
         for task, metrics in trial_results.items():
             values = " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
             lines.append(f"trial {trial} {task}: {values}")
+        if run.get("resumed_from_step") is not None:
+            lines.append(f"trial {trial} resumed from step {run['resumed_from_step']}")
+        if run.get("best_step") is not None:
+            lines.append(f"trial {trial} best {run['best_metric']} at step {run['best_step']}")
     for task, metrics in median.items():
         values = " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items())
         lines.append(f"median of {len(results)} {task}: {values}")
     write_text(config.results_path("txt"), "\n".join(lines) + "\n")
-    payload = {"trials": results, "median": median, "config": config.to_dict()}
+    payload = {"trials": results, "median": median, "runs": runs, "config": config.to_dict()}
     write_json(config.results_path("json"), payload, indent=2, default=str)
     log(f"Wrote results to {config.results_path('txt')}")
 
@@ -238,16 +257,15 @@ def resolve_precision(config: FinetuningConfig, machine: Machine | None = None) 
     return config
 
 
-def check_model_dirs(config: FinetuningConfig) -> None:
-    """Before any trial starts: no trial's model dir holds a model `overwrite` does not allow
-    replacing (a FileExistsError naming it)."""
-    if config.do_train:
-        for trial in range(1, config.num_trials + 1):
-            model_dir = config.model_dir(trial)
-            if os.path.exists(model_dir) and os.listdir(model_dir) and not config.overwrite:
-                raise FileExistsError(
-                    f"{model_dir} exists; pass --hparams '{{\"overwrite\": true}}' to replace it"
-                )
+def trial_info(trial: int, outcome: TrialOutcome | None) -> dict[str, Any]:
+    """How a trial ran, for the results: resumed from which step, its steps, its best step."""
+    info: dict[str, Any] = {"trial": trial, "resumed_from_step": None}
+    if outcome is not None:
+        info.update(resumed_from_step=outcome.resumed_from, steps=outcome.steps)
+        info["early_stopped"] = outcome.early_stopped
+        if outcome.best:
+            info.update(best_step=outcome.best["step"], best_metric=outcome.best["metric"])
+    return info
 
 
 def run_finetuning(
@@ -269,32 +287,61 @@ def run_finetuning(
     plan = dataclasses.replace(config, config=resolve_precision(config.config, machine))
     config = plan.config
     tasks = get_tasks(config, make_tokenizer(config))
-    check_model_dirs(config)
-    results = []
+    check_trials(config, tasks)  # before any trial: a changed run is named, not mixed
+    results: list[dict[str, dict[str, float]]] = []
+    runs: list[dict[str, Any]] = []
     for trial in range(1, config.num_trials + 1):
         log(f"=== {config.tasks_str}: model={config.model_name}, trial {trial}/{config.num_trials}")
-        model_dir = config.model_dir(trial)
-        keras.utils.set_random_seed(config.seed + trial - 1)
-        if config.do_train and os.path.exists(model_dir):
-            shutil.rmtree(model_dir)  # checked above: empty, or `overwrite` is set
-        os.makedirs(model_dir, exist_ok=True)
+        record = finished_trial(config, trial)
+        if record is not None:  # finished by an earlier start of this command: kept
+            log(f"Trial {trial} was finished: kept ({record_path(config, trial)})")
+            if record.get("metrics"):
+                results.append(record["metrics"])
+                runs.append(record["run"])
+            continue
         plan = as_plan(plan)  # the first trial reads an init checkpoint not read before
-        runner = ModelRunner(plan, tasks, model_dir)
-        if config.do_train:
-            runner.train()
-        else:
-            latest = tf.train.latest_checkpoint(model_dir)
-            if latest is None:
-                raise FileNotFoundError(f"do_train is false but {model_dir} has no checkpoint")
-            tf.train.Checkpoint(model=runner.model).restore(latest).expect_partial()
-        if config.do_eval:
-            results.append(runner.evaluate())
-            write_results(config, results)
-            if config.write_test_outputs and trial <= config.n_writes_test:
-                runner.write_test_outputs(trial)
+        metrics, info = run_trial(plan, tasks, trial)
+        if metrics is not None:
+            results.append(metrics)
+            runs.append(info)
+            write_results(config, results, runs)
+        write_trial_record(config, trial, tasks, {"metrics": metrics, "run": info})
         if trial != config.num_trials and not config.keep_all_models:
-            shutil.rmtree(model_dir)
+            shutil.rmtree(config.model_dir(trial))
     if results:
         for task, metrics in summarize(results).items():
             log(f"median {task}: " + " - ".join(f"{k}: {v:.2f}" for k, v in metrics.items()))
     return results
+
+
+def run_trial(
+    plan: FinetuningPlan, tasks: list[Task], trial: int
+) -> tuple[dict[str, dict[str, float]] | None, dict[str, Any]]:
+    """Trains (resuming where it stopped) or restores trial `trial`, evaluates it with the
+    weights the results use (the best evaluation's with `metric_for_best`, else the final
+    ones), writes its test predictions; (dev metrics or None, `trial_info`)."""
+    config = plan.config
+    model_dir = config.model_dir(trial)
+    keras.utils.set_random_seed(config.seed + trial - 1)
+    if config.do_train and config.overwrite and os.path.exists(model_dir):
+        shutil.rmtree(model_dir)  # `overwrite`: the trial starts over
+    os.makedirs(model_dir, exist_ok=True)
+    runner = ModelRunner(plan, tasks, model_dir, seed=config.seed + trial - 1)
+    outcome = None
+    if config.do_train:
+        begin_trial(config, tasks, model_dir)
+        outcome = runner.train()
+    else:
+        latest = tf.train.latest_checkpoint(model_dir)
+        if latest is None:
+            raise FileNotFoundError(f"do_train is false but {model_dir} has no checkpoint")
+        tf.train.Checkpoint(model=runner.model).restore(latest).expect_partial()
+    if config.metric_for_best is not None and restore_best(runner.model, model_dir):
+        log(f"Using the best evaluation's weights ({model_dir}/best)")
+    info = trial_info(trial, outcome)
+    if not config.do_eval:
+        return None, info
+    metrics = runner.evaluate()
+    if config.write_test_outputs and trial <= config.n_writes_test:
+        runner.write_test_outputs(trial)
+    return metrics, info

@@ -162,6 +162,7 @@ class FitProgress(keras.callbacks.Callback):
       learning_rate: the optimizer's current learning rate, asked at each line.
       heartbeat_seconds: the longest silence between two lines (the pre-training run's CPU
         heartbeat, `cpu_calls.HEARTBEAT_SECONDS`, in the fine-tuning run).
+      start_step: the step `fit` starts from (a resumed trial's).
     """
 
     def __init__(
@@ -171,11 +172,12 @@ class FitProgress(keras.callbacks.Callback):
         batch_size: int,
         learning_rate: Callable[[], float],
         heartbeat_seconds: float,
+        start_step: int = 0,
     ):
         super().__init__()
         self.reporter, self.every, self.batch_size = reporter, max(1, every), batch_size
         self.learning_rate, self.heartbeat_seconds = learning_rate, heartbeat_seconds
-        self.step = 0  # `fit` counts from 0 (a fine-tuning run never resumes)
+        self.step = start_step  # `fit` counts from 0; a resumed trial from its checkpoint's
         self.tokens = self.examples = 0
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
