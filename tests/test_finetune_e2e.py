@@ -32,6 +32,11 @@ TINY = {
 
 @pytest.fixture
 def data_dir(tmp_path):
+    return write_sst_data(tmp_path)
+
+
+def write_sst_data(tmp_path):
+    """A tiny vocabulary and SST-like train (20), dev (11) and test (2) files."""
     (tmp_path / "vocab.txt").write_text(
         "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
     )
@@ -101,8 +106,9 @@ def test_cli_finetunes_and_writes_results(data_dir, capsys):
         (model_dir / "finetuning_models" / f"sst_model_{t}" / "checkpoint").stat().st_mtime_ns
         for t in (1, 2)
     ]
-    assert json.loads((model_dir / "results" / "sst_results.json").read_text())["trials"] == (
-        results["trials"]
+    assert (
+        json.loads((model_dir / "results" / "sst_results.json").read_text())["trials"]
+        == (results["trials"])
     )
     # A folder this run did not write is still not replaced without `overwrite`.
     foreign = model_dir / "finetuning_models" / "sst_model_3"

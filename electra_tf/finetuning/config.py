@@ -36,6 +36,9 @@ from electra_tf.finetuning.encoder_sizes import DEBUG_MODEL, size_of_encoder, si
 # Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
 FINETUNING_CONFIG_FILE = "finetuning_config.json"
 MODEL_CONFIG_FILE = "model_config.json"
+# <trial>/best: the weights of a trial's best evaluation (`metric_for_best`), which its results
+# and its export use.
+BEST_CHECKPOINT_DIR = "best"
 
 # The built-in task names (the original's), from the one task table; `known_task_names()` adds
 # the tasks registered since.

@@ -21,8 +21,10 @@ The trial's last checkpoint holds the final weights only, as before (what export
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +36,12 @@ from electra_tf.atomic_io import write_json
 from electra_tf.checkpoints.files import CHECKPOINT_PREFIX
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ConfigError
+from electra_tf.finetuning.config import BEST_CHECKPOINT_DIR
 from electra_tf.finetuning.task import log
 from electra_tf.run_lock import Terminated
 from electra_tf.runs.signals import StopRequest
 
-BEST_DIR = "best"  # <trial>/best: the best evaluation's weights and best_metrics.json
+BEST_DIR = BEST_CHECKPOINT_DIR  # the best evaluation's weights and best_metrics.json
 BEST_METRICS_FILE = "best_metrics.json"
 LOWER_IS_BETTER = ("loss", "mse")
 
@@ -197,11 +200,12 @@ def train_trial(runner: Any) -> TrialOutcome:
     config, model = runner.config, runner.model
     steps, batches = runner.preprocessor.train_steps()
     done = finished_step(runner.model_dir)
-    if done is not None and done >= steps and _is_final(runner.model_dir):
-        # Trained to the end before a stop that came during its evaluation.
+    if done is not None and _is_final(runner.model_dir):
+        # Trained to the end (or an early stop) before a stop during its evaluation.
         tf.train.Checkpoint(model=model).read(tf.train.latest_checkpoint(runner.model_dir))
         log(f"{runner.model_dir} is trained to step {done}: evaluating it")
-        return TrialOutcome(done, resumed_from=done)
+        best = read_best(runner.model_dir) if config.metric_for_best else None
+        return TrialOutcome(done, resumed_from=done, best=best)
     optimizer = runner.build_optimizer(steps)
     model.compile(optimizer=optimizer)
     inner = getattr(optimizer, "inner_optimizer", optimizer)
@@ -229,7 +233,7 @@ def train_trial(runner: Any) -> TrialOutcome:
         if callback.saved_step != step:
             trial.checkpoints.save(step)
         log(f"Stopped at step {step}; saved. Run the same command again to resume.")
-        raise Terminated() if stop.signum == 15 else KeyboardInterrupt()
+        raise Terminated() if stop.signum == signal.SIGTERM else KeyboardInterrupt()
     outcome.early_stopped = step < steps
     outcome.best = read_best(runner.model_dir) if config.metric_for_best else None
     runner.train_steps = step
@@ -246,8 +250,6 @@ def _is_final(model_dir: str) -> bool:
 
 def read_best(model_dir: str) -> dict[str, Any] | None:
     """`<trial>/best/best_metrics.json`, None without one."""
-    import json
-
     path = os.path.join(model_dir, BEST_DIR, BEST_METRICS_FILE)
     if not os.path.exists(path):
         return None

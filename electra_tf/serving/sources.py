@@ -152,6 +152,7 @@ def task_spec(
     of the trial directory `checkpoint`; `precision` "bfloat16": its bfloat16 twin."""
     check_precision(precision)
     from electra_tf.data.tokenization import FullTokenizer
+    from electra_tf.finetuning.config import BEST_CHECKPOINT_DIR
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.registry import get_task
     from electra_tf.finetuning.task import shared_feature_specs
@@ -175,6 +176,11 @@ def task_spec(
     latest = tf.train.latest_checkpoint(run_dir)
     if latest is None:
         raise ExportError(f"{run_dir}: no checkpoint")
+    # A trial that kept its best evaluation (`metric_for_best`) is exported with those weights,
+    # as its results were computed; naming the trial folder (`checkpoint`) exports its last.
+    best = tf.train.latest_checkpoint(os.path.join(run_dir, BEST_CHECKPOINT_DIR))
+    if checkpoint is None and config.metric_for_best is not None and best is not None:
+        latest = best
     status = tf.train.Checkpoint(model=model).read(latest)
     status.assert_existing_objects_matched().expect_partial()
     if precision == "bfloat16":
