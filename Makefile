@@ -103,7 +103,7 @@ profile: $(STAMP)
 # The reliability cases (tests that record what they expected and got), replayed against this
 # build: one line per case (case, expected, got, OK/BAD).
 reliability: $(STAMP)
-	$(PY) -m bench.reliability_replay
+	$(PY) -m tools.reliability_replay
 
 # The synthetic-language learning test (docs/learning-test.md): random init, masked LM and
 # ELECTRA; SEEDS (default 3) and MINUTES (CPU minutes of pre-training per objective, default 1).

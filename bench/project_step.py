@@ -147,10 +147,11 @@ TASK = "sst"
 TRAIN_STEPS = 10_000  # the schedule's length; the timed steps stay in its warm-up
 
 
-def synthetic_classification_batches(
+def synthetic_task_batches(
     batch: int, seq: int, vocab: int, task: str = TASK, count: int = 4
 ) -> tf.data.Dataset:
-    """`count` distinct batches of full-length single sentences with random labels, repeated."""
+    """`count` distinct batches of full-length single sentences with random labels (`task`
+    "squad": random answer spans of SQuAD features), repeated forever."""
     rng = np.random.default_rng(0)
     ids = rng.integers(1000, vocab, size=(count * batch, seq)).astype(np.int32)
     ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
@@ -160,28 +161,15 @@ def synthetic_classification_batches(
         "segment_ids": np.zeros_like(ids),
         "task_id": np.zeros(count * batch, np.int32),
         f"{task}_eid": np.arange(count * batch, dtype=np.int32),
-        f"{task}_label_ids": rng.integers(0, 2, size=count * batch).astype(np.int32),
     }
-    dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch, drop_remainder=True)
-    return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
-
-
-def synthetic_qa_batches(batch: int, seq: int, vocab: int, count: int = 4) -> tf.data.Dataset:
-    """`count` distinct batches of full-length SQuAD features with random answer spans."""
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1000, vocab, size=(count * batch, seq)).astype(np.int32)
-    ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
-    starts = rng.integers(1, seq - 1, size=count * batch).astype(np.int32)
-    features = {
-        "input_ids": ids,  # [count * batch, seq]
-        "input_mask": np.ones_like(ids),
-        "segment_ids": np.zeros_like(ids),
-        "task_id": np.zeros(count * batch, np.int32),
-        "squad_eid": np.arange(count * batch, dtype=np.int32),
-        "squad_start_positions": starts,
-        "squad_end_positions": np.minimum(starts + 3, seq - 2).astype(np.int32),
-        "squad_is_impossible": np.zeros(count * batch, np.int32),
-    }
+    if task == "squad":
+        starts = rng.integers(1, seq - 1, size=count * batch).astype(np.int32)
+        features["squad_start_positions"] = starts
+        features["squad_end_positions"] = np.minimum(starts + 3, seq - 2).astype(np.int32)
+        features["squad_is_impossible"] = np.zeros(count * batch, np.int32)
+    else:
+        labels = rng.integers(0, 2, size=count * batch).astype(np.int32)
+        features[f"{task}_label_ids"] = labels
     dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch, drop_remainder=True)
     return dataset.cache().repeat().prefetch(tf.data.AUTOTUNE)
 
@@ -226,12 +214,7 @@ def build_finetune_step(
     optimizer = runner.build_optimizer(TRAIN_STEPS)
     model.compile(optimizer=optimizer)
     train_function = model.make_train_function()
-    batches = (
-        synthetic_qa_batches(batch, seq, vocab_size)
-        if task == "squad"
-        else synthetic_classification_batches(batch, seq, vocab_size, task)
-    )
-    iterator = iter(batches)
+    iterator = iter(synthetic_task_batches(batch, seq, vocab_size, task))
 
     def run_step() -> None:
         float(train_function(iterator)["loss"])

@@ -1,5 +1,5 @@
 """Issue #13's cases as rows of a table: each test records (item, case, expected, got) before
-it asserts, so `bench/reliability_replay.py` (`make reliability`) can print what every case
+it asserts, so `tools/reliability_replay.py` (`make reliability`) can print what every case
 did on this build. Without RELIABILITY_LOG set, `record` only returns."""
 
 import json

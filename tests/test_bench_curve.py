@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from bench import bench_serve, cost_curve, machine, train_table
+from bench import bench_serve, cost_curve, machine, serve_table, train_table
 
 PEAK = {"float32_gflops": 100.0, "bfloat16_gflops": 400.0}
 
@@ -116,7 +116,7 @@ def test_serving_ratios_against_every_peer():
         "ONNX Runtime fp32": {"encode_ids": {1: [0.015] * 3}},
         "ONNX Runtime int8": {"encode_ids": {1: [0.005] * 3}},
     }
-    ratios = {(p, b): r for _, p, b, r in bench_serve.p50_ratios(results, (1, 32))}
+    ratios = {(p, b): r for _, p, b, r in serve_table.p50_ratios(results, (1, 32))}
     assert ratios == pytest.approx(
         {
             ("HF PyTorch", 1): 2.0,
@@ -152,7 +152,7 @@ def test_onnx_runtime_and_openvino_records_become_rows_with_their_agreement(monk
     assert results["OpenVINO bf16"] == {"encode_ids": {1: [0.006]}}
     assert "openvino 2026" in note and "OpenVINO bf16 logits within 3.0e-02" in note
     results["electra-tf"] = {"encode_ids": {1: [0.012]}}
-    ratios = {(p, b): r for _, p, b, r in bench_serve.p50_ratios(results, (1,))}
+    ratios = {(p, b): r for _, p, b, r in serve_table.p50_ratios(results, (1,))}
     assert ratios[("OpenVINO bf16", 1)] == pytest.approx(0.5)  # OpenVINO twice as fast
 
 

@@ -220,7 +220,7 @@ def test_bench_serve_times_the_export_via_openvino(converted, tmp_path, monkeypa
     import argparse
     import shutil
 
-    from bench import bench_serve
+    from bench import bench_serve, serve_table
 
     saved_model, _ = converted
     export_dir = str(tmp_path / "export")
@@ -241,7 +241,7 @@ def test_bench_serve_times_the_export_via_openvino(converted, tmp_path, monkeypa
     assert set(rows) == set(bench_serve.EXPORT_VIA_OPENVINO) and "2 threads" in note
     for row in rows.values():
         assert row == {"1": 2, "2": 2}
-    assert all(name in bench_serve.PEERS for name in rows)  # ratios are taken against them
+    assert all(name in serve_table.PEERS for name in rows)  # ratios are taken against them
     args = argparse.Namespace(batches=[1, 2], seq=16, warmup=0, calls=2, threads=(1, 2))
 
     def missing():

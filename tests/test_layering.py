@@ -21,6 +21,8 @@ import pytest
 
 PACKAGE = "electra_tf"
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
+# The package, the benchmarks and the checking tools: no cycle among all three.
+TREES = (PACKAGE, "bench", "tools")
 
 # Lowest first. A module may import modules of its own layer or of the layers before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -63,10 +65,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-def module_files() -> dict[str, str]:
-    """Every module of the package: dotted name -> file (a package is its `__init__.py`)."""
+def module_files(tree: str = PACKAGE) -> dict[str, str]:
+    """Every module under the folder `tree` of the repository (the package by default): dotted
+    name -> file (a package is its `__init__.py`)."""
     found = {}
-    for directory, _, files in os.walk(ROOT):
+    for directory, _, files in os.walk(os.path.join(os.path.dirname(ROOT), tree)):
         for file in files:
             if not file.endswith(".py"):
                 continue
@@ -116,9 +119,21 @@ def layer_of(module: str) -> int:
     return best
 
 
-def import_graph() -> dict[str, set[str]]:
-    files = module_files()
+def import_graph(trees: tuple[str, ...] = (PACKAGE,)) -> dict[str, set[str]]:
+    """module -> the modules of `trees` it imports (by default the package's own graph)."""
+    files = {name: path for tree in trees for name, path in module_files(tree).items()}
     return {name: imported_modules(name, path, set(files)) for name, path in files.items()}
+
+
+def imports_of(graph: dict[str, set[str]], importers: str, targets: tuple[str, ...]) -> list[str]:
+    """Every import in `graph` from a module under `importers` to one under `targets`."""
+    return [
+        f"{module} imports {target}"
+        for module, imported in sorted(graph.items())
+        if module == importers or module.startswith(importers + ".")
+        for target in sorted(imported)
+        if any(target == t or target.startswith(t + ".") for t in targets)
+    ]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -157,8 +172,25 @@ def test_the_graph_sees_imports():
 
 
 def test_no_import_cycle():
-    cycle = find_cycle(import_graph())
+    # The benchmarks and tools too: they import the package and each other.
+    graph = import_graph(TREES)
+    assert {"bench.serve_table", "bench.machine"} <= graph["bench.bench_serve"]
+    cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_package_imports_neither_bench_nor_tools():
+    # bench/ and tools/ are not installed: an import of them from the package fails for users.
+    found = imports_of(import_graph(TREES), PACKAGE, ("bench", "tools"))
+    assert not found, "\n".join(found)
+
+
+def test_imports_of_finds_a_planted_import():
+    graph = {"electra_tf.data.corpus": {"bench.machine"}, "bench.machine": {"electra_tf.data"}}
+    assert imports_of(graph, PACKAGE, ("bench", "tools")) == [
+        "electra_tf.data.corpus imports bench.machine"
+    ]
+    assert imports_of(graph, "bench", ("tools",)) == []
 
 
 def test_every_module_is_in_a_layer():

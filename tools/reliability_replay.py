@@ -1,6 +1,6 @@
 """Replays the reliability cases against this build and prints one line per case.
 
-    make reliability        # = .venv/bin/python -m bench.reliability_replay
+    make reliability        # = .venv/bin/python -m tools.reliability_replay
 
 Every case is a test (tests/test_reliability.py, test_reliability_inputs.py,
 test_reliability_export.py, test_checkpoint_recovery.py, and the serving cases of tests/test_export_models.py) that records what it expected and what it got before it asserts;
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 if (
     __name__ == "__main__" and not __package__
-):  # `python bench/reliability_replay.py`: bench is a package
-    raise SystemExit("run it from the repository root as: python -m bench.reliability_replay")
+):  # `python tools/reliability_replay.py`: tools is a package
+    raise SystemExit("run it from the repository root as: python -m tools.reliability_replay")
 
 import argparse
 import json
