@@ -52,7 +52,7 @@ pretrain: $(STAMP) $(if $(DATA_DIR),,default-data)
 		--preset $(SIZE) --hparams '$(HPARAMS)'
 
 finetune: $(STAMP)
-	$(PY) -m electra_tf.finetune --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
+	$(PY) -m electra_tf.finetune --data-dir '$(RUN_DATA_DIR)' --model-name $(MODEL_NAME) \
 		--tasks $(TASK) --hparams '$(HPARAMS)' $(if $(PRETRAINED),--pretrained $(PRETRAINED),)
 
 export: $(STAMP)

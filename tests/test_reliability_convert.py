@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -325,3 +326,85 @@ def test_fine_tuning_from_a_home_with_fewer_vocabulary_ids_than_rows_is_refused(
     )
     assert code == 1 and "Traceback" not in err
     assert f"{data / 'vocab.txt'} has 7 entries but {home}" in err and "20 embedding rows" in err
+
+
+# ------------------------------------------------------------------ 6. legitimate reruns
+def test_convert_into_an_existing_empty_folder_needs_no_overwrite(tiny, tmp_path, capsys):
+    out = tmp_path / "made_for_it"
+    out.mkdir()
+    code = _convert("hf", tiny / "orig", out)
+    err = capsys.readouterr().err
+    record("6", "convert into an existing empty folder", "exit 0", f"exit {code}: {last_line(err)}")
+    assert code == 0, err
+    assert (out / "discriminator" / "config.json").exists()
+
+
+def test_convert_overwrite_replaces_its_own_output_of_another_format(tiny, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _convert("original", tiny / "orig", out) == 0
+    code = _convert("hf", tiny / "orig", out, "--overwrite")
+    err = capsys.readouterr().err
+    record(
+        "6",
+        "convert --overwrite over convert's own output in another format",
+        "exit 0, replaced",
+        f"exit {code}: {last_line(err)}",
+    )
+    assert code == 0, err
+    assert (out / "discriminator" / "config.json").exists()
+    assert not list(out.glob("model.ckpt-*"))
+    # A user's file beside that other format's files still keeps the folder.
+    assert _convert("original", tiny / "orig", out, "--overwrite") == 0
+    (out / "notes.txt").write_text("mine")
+    assert _convert("hf", tiny / "orig", out, "--overwrite") == 2
+    assert "notes.txt" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_fine_tuning_from_a_home_convert_padded_on_purpose(tiny, tmp_path, capsys):
+    home = tmp_path / "home_hf"
+    (tmp_path / "small.txt").write_text("".join(f"{t}\n" for t in SPECIAL + ["the", "good"]))
+    args = ["--vocab-file", str(tmp_path / "small.txt"), "--vocab-padding"]
+    assert _convert("hf", tiny / "orig", home, *args) == 0  # 7 ids for 20 rows, declared
+    data = tmp_path / "data"
+    (data / "finetuning_data" / "sst").mkdir(parents=True)
+    rows = "sentence\tlabel\n" + "".join(f"the good .\t{i % 2}\n" for i in range(8))
+    for split in ("train", "dev"):
+        (data / "finetuning_data" / "sst" / f"{split}.tsv").write_text(rows)
+    argv = [
+        "--data-dir",
+        str(data),
+        "--model-name",
+        "m",
+        "--tasks",
+        "sst",
+        "--pretrained",
+        str(home),
+    ]
+    hparams = {"max_seq_length": 12, "train_batch_size": 8, "eval_batch_size": 8}
+    assert finetune.main([*argv, "--hparams", json.dumps(hparams)]) == 1
+    err = capsys.readouterr().err
+    assert '"vocab_padding": true' in err, err
+    code = finetune.main([*argv, "--hparams", json.dumps({**hparams, "vocab_padding": True})])
+    err = capsys.readouterr().err
+    record(
+        "6",
+        "fine-tune from a home convert --vocab-padding wrote",
+        'exit 0 with "vocab_padding": true',
+        f"exit {code}: {last_line(err)}",
+    )
+    assert code == 0, err
+
+
+def test_make_finetune_passes_a_data_dir_with_spaces_as_one_argument(tmp_path):
+    data = tmp_path / "a path" / "with spaces"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shown = subprocess.run(
+        ["make", "-n", "-C", root, "finetune", f"DATA_DIR={data}", "TASK=sst"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.replace("\\\n", " ")  # the recipe's continued lines as one
+    line = next(line for line in shown.splitlines() if "electra_tf.finetune" in line)
+    words = shlex.split(line)
+    assert words[words.index("--data-dir") + 1] == str(data), line

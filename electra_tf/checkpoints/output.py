@@ -2,8 +2,10 @@
 under a temporary name and renamed into place.
 
 `--overwrite` replaces an output only when everything in it, at any depth, is a file that this
-format's export writes (`WRITES`): a user's own file anywhere below it (notes in `generator/`,
-images in `assets/`) is named and the folder is kept. An output that is the input's folder,
+format's export writes (`WRITES`), or that one other format's export writes (a conversion into
+the same folder in another format before): a user's own file anywhere below it (notes in
+`generator/`, images in `assets/`) is named and the folder is kept. An empty folder is written
+into without `--overwrite`. An output that is the input's folder,
 inside it, or around it is refused (replacing it would delete the input), and so is an output
 that is a symbolic link (see `check_output`). Two conversions to one output are serialised by
 the lock of `electra_tf.run_lock`, held in the output's parent folder because the output itself
@@ -108,11 +110,15 @@ def check_output(path: str, fmt: str, overwrite: bool) -> None:
         )
     if not os.path.exists(path):
         return
+    if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+        return  # an empty folder (made for the output): nothing in it to lose
     if not overwrite:
         raise CheckpointError(f"{path} exists; pass --overwrite to replace it")
     if not os.path.isdir(path):
         raise CheckpointError(f"{path} exists and is not a directory; not replacing it")
     foreign = unexpected_files(path, WRITES[fmt])
+    if foreign and any(not unexpected_files(path, WRITES[other]) for other in WRITES):
+        return  # wholly another format's export (an earlier conversion of this command's)
     if foreign:
         raise CheckpointError(
             f"{path}: not replacing it: it holds {len(foreign)} file(s) that --to {fmt} "

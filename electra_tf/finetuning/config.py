@@ -134,6 +134,9 @@ class FinetuningConfig:
     init_checkpoint: str | None = "auto"
     init_checkpoint_format: str = "auto"  # auto | native | original | hf | modelgarden | kerashub
     vocab_file: str | None = None  # None -> models/<model>/vocab.txt, else <data_dir>/vocab.txt
+    # Accept a vocabulary with fewer ids than the init checkpoint's embedding rows: a table padded
+    # on purpose (what `convert --vocab-padding` writes); any other mismatch stays an error.
+    vocab_padding: bool = False
     max_train_examples: int | None = None  # use only the first N train examples (quick runs)
     seed: int = 0  # trial t uses seed + t - 1
     log_every_steps: int = 0  # console/TensorBoard period; 0 -> min(iterations_per_loop, 100)

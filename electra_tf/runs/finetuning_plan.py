@@ -194,7 +194,8 @@ def check_vocab_size(
     Fewer ids than a pre-trained encoder's rows: another model's vocabulary (a converted home
     beside the wrong vocab.txt), whose ids mean other tokens to these embeddings. The one
     exception is a table padded on purpose: a native checkpoint whose own run recorded this
-    very vocabulary (pre-training with `vocab_size` set above the vocabulary's size).
+    very vocabulary (pre-training with `vocab_size` set above the vocabulary's size), or one the
+    config declares padded (`vocab_padding`, as `convert --vocab-padding`).
     """
     vocab = id_count(tasks[0].tokenizer.vocab)  # not len(): a duplicated line leaves a gap
     used, rows = config.resolved_vocab_file(), model_config.vocab_size
@@ -204,12 +205,19 @@ def check_vocab_size(
         recorded = source.config.resolved_vocab_file() if source.fmt == "native" else ""
         if recorded and os.path.isfile(recorded) and os.path.samefile(recorded, used):
             return
+        if config.vocab_padding:
+            return  # declared, as `convert --vocab-padding` declares it
         model = source.path
     else:
         return
+    padded = (
+        '; or, for a table padded on purpose (convert --vocab-padding), set "vocab_padding": true'
+        if vocab < rows
+        else ""
+    )
     raise VocabError(
         f"vocabulary {used} has {vocab} entries but {model} has {rows} embedding rows: "
-        'set "vocab_file" to the vocabulary the checkpoint was pre-trained with'
+        f'set "vocab_file" to the vocabulary the checkpoint was pre-trained with{padded}'
     )
 
 
