@@ -51,9 +51,12 @@ pretrain: $(STAMP) $(if $(DATA_DIR),,default-data)
 	ELECTRA_STOP_WITH_PARENT=1 $(PY) -m electra_tf.pretrain --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \
 		--preset $(SIZE) --hparams '$(HPARAMS)'
 
+# TASK_FILE=path.json: a task on your own data (README "Fine-tuning on your own data"), alone or
+# with the tasks TASK names on the command line.
 finetune: $(STAMP)
 	$(PY) -m electra_tf.finetune --data-dir '$(RUN_DATA_DIR)' --model-name $(MODEL_NAME) \
-		--tasks $(TASK) --hparams '$(HPARAMS)' $(if $(PRETRAINED),--pretrained $(PRETRAINED),)
+		$(if $(TASK_FILE),--task-file '$(TASK_FILE)' $(if $(filter command line,$(origin TASK)),--tasks '$(TASK)',),--tasks '$(TASK)') \
+		--hparams '$(HPARAMS)' $(if $(PRETRAINED),--pretrained $(PRETRAINED),)
 
 export: $(STAMP)
 	$(PY) -m electra_tf.export --data-dir $(RUN_DATA_DIR) --model-name $(MODEL_NAME) \

@@ -1,10 +1,14 @@
-"""`python -m electra_tf.finetune --data-dir D --model-name M --tasks rte[,mrpc] --hparams ...`
+"""`python -m electra_tf.finetune --data-dir D --model-name M --tasks rte[,mrpc] [--task-file F]
+--hparams ...`
 
 The original's `run_finetuning.py` command line (`--data-dir`, `--model-name`, `--hparams` as a
 JSON string or a .json file; `task_names` and `model_size` may be given in the hparams, as the
 original), plus `--tasks`. Reads `<D>/finetuning_data/<task>/`, initialises the encoder from
 `<D>/models/<M>` (its latest checkpoint: native, original TF1 or HF), and writes
 `<D>/models/<M>/results/<tasks>_results.{txt,json}`.
+
+`--task-file reviews.json` adds a task on the user's own CSV / TSV / JSONL / CoNLL files (README
+"Fine-tuning on your own data"); `--tasks reviews` reads `<D>/finetuning_data/reviews/task.json`.
 
 `--pretrained DIR` starts from a shipped model folder instead (e.g.
 `pretrained/electra-tiny-gutenberg`): its weights and its `vocab.txt`, unless the hparams name
@@ -39,6 +43,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--tasks", default=None, help="comma-separated task names (else hparams' task_names)"
+    )
+    parser.add_argument(
+        "--task-file",
+        action="append",
+        default=[],
+        help="a task on your own data: a JSON task file (README 'Fine-tuning on your own "
+        "data'); repeat it for a multi-task run",
     )
     parser.add_argument("--hparams", default="{}", help="JSON object or path to a .json file")
     parser.add_argument(
@@ -78,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.checkpoints import CheckpointError
     from electra_tf.config import ConfigError, parse_hparams
     from electra_tf.data.tokenization import VocabError
+    from electra_tf.finetuning.data_check import check_task_data
     from electra_tf.finetuning.task import DataError
+    from electra_tf.finetuning.task_spec import with_task_files
     from electra_tf.run_lock import LockError, RunLock, Terminated, report_stop, sigterm_raises
     from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
 
@@ -88,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             hparams = {**pretrained_hparams(args.pretrained), **hparams}
         # The init checkpoint, read once: the size rules (learning rate, layer-wise decay)
         # follow its encoder, and every trial starts from it.
-        plan = prepare_finetuning(args.model_name, args.data_dir, hparams, tasks=args.tasks)
-    except (ConfigError, CheckpointError) as e:
+        hparams, tasks = with_task_files(hparams, args.tasks, args.task_file, args.data_dir)
+        plan = prepare_finetuning(args.model_name, args.data_dir, hparams, tasks=tasks)
+        # Every file of every task read and checked before anything (the lock included) is
+        # written: bad data is one line naming file:line and the fix, and exit 2.
+        check_task_data(plan.config)
+    except (ConfigError, CheckpointError, DataError, VocabError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     failures = (DataError, FileExistsError, FileNotFoundError, CheckpointError)

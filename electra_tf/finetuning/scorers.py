@@ -48,6 +48,32 @@ class AccuracyScorer(SentenceLevelScorer):
         return [("accuracy", 100.0 * float(np.mean(labels == preds))), ("loss", self.get_loss())]
 
 
+def macro_f1(labels, preds) -> float:
+    """The unweighted mean of the per-class F1 over the classes present in `labels` or `preds`
+    (scikit-learn's `f1_score(average="macro")`; a class with no true or predicted example
+    would only add a 0 for a class the split does not test). 0/0 counts as 0."""
+    labels, preds = np.asarray(labels), np.asarray(preds)
+    scores = []
+    for c in np.union1d(labels, preds):
+        true_positive = float(np.sum((labels == c) & (preds == c)))
+        denominator = float(np.sum(labels == c) + np.sum(preds == c))
+        scores.append(2.0 * true_positive / denominator if denominator else 0.0)
+    return float(np.mean(scores)) if scores else 0.0
+
+
+class AccuracyF1Scorer(SentenceLevelScorer):
+    """Accuracy and macro F1 (every class counted alike, however rare): user classification
+    tasks, whose classes are often unbalanced."""
+
+    def get_results(self) -> list[tuple[str, float]]:
+        labels, preds = np.asarray(self._labels), np.asarray(self._preds)
+        return [
+            ("accuracy", 100.0 * float(np.mean(labels == preds))),
+            ("macro_f1", 100.0 * macro_f1(labels, preds)),
+            ("loss", self.get_loss()),
+        ]
+
+
 def matthews_corrcoef(labels, preds) -> float:
     """Multi-class MCC from the confusion matrix (Gorodkin's R_K); 0 when undefined."""
     labels, preds = np.asarray(labels), np.asarray(preds)

@@ -270,3 +270,42 @@ def label_range(desc: Mapping[str, Any]) -> list[float]:
             'give "label_range" in the task file)'
         )
     return [low, high]
+
+
+def with_task_files(
+    hparams: Mapping[str, Any],
+    tasks: str | None,
+    task_files: list[str],
+    data_dir: str,
+) -> tuple[dict[str, Any], str | None]:
+    """The command's `--task-file`s and `<data_dir>/finetuning_data/<name>/task.json` folders
+    added to a run: (hparams with `user_tasks` holding their complete descriptions, the
+    `--tasks` string naming them too; None where it was None and no task file was given).
+
+    A task file adds its task to the tasks named (by `--tasks`, else the hparams'
+    `task_names`): several task files and named tasks make one multi-task run. A named task
+    that is not registered is read from its folder's task.json when it has one.
+    """
+    from electra_tf.finetuning import task_table
+
+    named = tasks.split(",") if tasks is not None else hparams.get("task_names")
+    if isinstance(named, str):
+        named = named.split(",")
+    names = [n.strip() for n in named or [] if n.strip()]
+    user_tasks = dict(hparams.get("user_tasks") or {})
+    from_files: list[str] = []
+    for path in task_files:
+        description = load_task_file(path)
+        name = description["name"]
+        if name in from_files or name in user_tasks:
+            raise ConfigError(f"--task-file {path}: a task named {name!r} is given twice")
+        user_tasks[name] = description
+        from_files.append(name)
+    for name in names:
+        found = find_task_file(data_dir, name)
+        if found and name not in user_tasks and task_table.find_task_type(name) is None:
+            user_tasks[name] = load_task_file(found)
+    if not user_tasks:
+        return dict(hparams), tasks
+    names += [name for name in from_files if name not in names]
+    return {**hparams, "user_tasks": user_tasks}, ",".join(names)

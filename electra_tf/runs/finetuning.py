@@ -31,6 +31,7 @@ from electra_tf.finetuning.config import (
     FinetuningConfig,
     save_finetuning_config,
 )
+from electra_tf.finetuning.data_check import check_task_data
 from electra_tf.finetuning.model import FinetuningModel, feature_signature
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
@@ -287,6 +288,9 @@ def run_finetuning(
     plan = dataclasses.replace(config, config=resolve_precision(config.config, machine))
     config = plan.config
     tasks = get_tasks(config, make_tokenizer(config))
+    # Every file the run reads, checked before anything is written (the command checked
+    # them already: not read again while unchanged).
+    check_task_data(config, tasks)
     check_trials(config, tasks)  # before any trial: a changed run is named, not mixed
     results: list[dict[str, dict[str, float]]] = []
     runs: list[dict[str, Any]] = []
