@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from electra_tf.finetuning.tag_schemes import get_entities
+
 
 class Scorer:
     def __init__(self) -> None:
@@ -141,7 +143,12 @@ class RegressionScorer(SentenceLevelScorer):
 
 # ---------------------------------------------------------------------- tagging
 def get_span_labels(tags: list[str]) -> list[tuple[int, int, str]]:
-    """Tags (BIOES / BIO / IO) -> entity spans (start, end inclusive, type), as the original."""
+    """Tags (BIOES / BIO / IO) -> entity spans (start, end inclusive, type), as the original.
+
+    An entity here ends only at O, B- or S- (or after the sentence): inside a run of I- tags a
+    change of type does not end it, and the span takes the type of its LAST tag (`I-PER I-LOC`
+    is one LOC of two words; seqeval reads a PER and a LOC).
+    """
     spans = []
     last, start = "O", -1
     for i, tag in enumerate(tags):
@@ -172,15 +179,28 @@ def get_tags(spans: list[tuple[int, int, str]], length: int, encoding: str = "BI
 
 
 class EntityLevelF1Scorer(Scorer):
-    """Span-level precision / recall / F1 over the words of each sentence.
+    """Entity-level precision / recall / F1 over the words of each sentence, x100.
+
+    Args:
+        label_mapping: tag -> the model's label id.
+        reading: how a sentence's tags become entities. "original": the original's
+            `get_span_labels` (the `chunk` task's default, so that its results compare with
+            the original's); "seqeval": `tag_schemes.get_entities`, seqeval's default mode
+            (`seqeval.metrics.f1_score`), right for IOB1, IOB2 and BIOES alike (user tagging
+            tasks). They differ where a type changes inside I- tags: docs/faithfulness.md.
 
     The loss is the summed per-sentence loss over the number of words (the original added it
     twice; only the logged loss changed, not the F1).
     """
 
-    def __init__(self, label_mapping: dict[str, int]) -> None:
+    READINGS = ("original", "seqeval")
+
+    def __init__(self, label_mapping: dict[str, int], reading: str = "original") -> None:
         super().__init__()
+        if reading not in self.READINGS:
+            raise ValueError(f"reading {reading!r} is not one of {self.READINGS}")
         self._inv = {v: k for k, v in label_mapping.items()}
+        self._entities = get_span_labels if reading == "original" else get_entities
         self._labels: list = []
         self._preds: list = []
         self._words = 0
@@ -198,12 +218,12 @@ class EntityLevelF1Scorer(Scorer):
     def get_results(self) -> list[tuple[str, float]]:
         n_correct = n_predicted = n_gold = 0
         for labels, preds in zip(self._labels, self._preds, strict=True):
-            gold = set(get_span_labels([self._inv[int(i)] for i in labels]))
-            pred = set(get_span_labels([self._inv[int(i)] for i in preds]))
+            gold = set(self._entities([self._inv[int(i)] for i in labels]))
+            pred = set(self._entities([self._inv[int(i)] for i in preds]))
             n_correct += len(gold & pred)
             n_gold += len(gold)
             n_predicted += len(pred)
-        if n_correct == 0:
+        if n_correct == 0:  # seqeval's zero_division: 0
             p = r = f1 = 0.0
         else:
             p = 100.0 * n_correct / n_predicted

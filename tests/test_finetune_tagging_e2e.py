@@ -1,0 +1,127 @@
+"""A user's named-entity data (CoNLL-2003-style, in IOB1 and in IOB2) fine-tuned, evaluated
+and exported by one command each: the dev entity F1 in the results is seqeval's on the same
+predictions, and the export answers the tags as the user wrote them."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 - the export's tokenizer ops
+
+from electra_tf.cli import export, finetune
+from electra_tf.finetuning import tag_schemes
+from electra_tf.finetuning.task_spec import load_task_file
+
+seqeval_metrics = pytest.importorskip("seqeval.metrics")
+
+PEOPLE, PLACES = ["john", "mary", "smith"], ["paris", "london", "berlin"]
+OTHER = ["met", "in", "visited", "the", "and", "saw"]
+WORDS = PEOPLE + PLACES + OTHER
+TINY = {
+    "model_hparam_overrides": {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "intermediate_size": 32,
+    },
+    "embedding_size": 8,
+    "vocab_size": 5 + len(WORDS),
+    "max_seq_length": 20,  # the original's truncation keeps 2n + 4 <= 20: n <= 8 words
+    "train_batch_size": 8,
+    "eval_batch_size": 8,
+    "learning_rate": 1e-2,
+    "num_train_epochs": 8,
+    "log_every_steps": 100,
+    "init_checkpoint": None,
+}
+
+
+def sentences(rng, n: int, scheme: str) -> list[list[tuple[str, str]]]:
+    """`n` sentences of people, places and other words, tagged in `scheme`; adjacent
+    entities of one type are frequent (IOB1's B- case)."""
+    out = []
+    for _ in range(n):
+        words, entities = [], []
+        while len(words) < int(rng.integers(3, 8)):
+            kind = rng.choice(["PER", "LOC", "O", "O"])
+            if kind == "O":
+                words.append(str(rng.choice(OTHER)))
+                continue
+            size = int(rng.integers(1, 3))
+            names = PEOPLE if kind == "PER" else PLACES
+            entities.append((str(kind), len(words), len(words) + size - 1))
+            words += [str(rng.choice(names)) for _ in range(size)]
+        tags = tag_schemes.entities_to_tags(entities, len(words), scheme)
+        out.append(list(zip(words, tags, strict=True)))
+    return out
+
+
+def conll(sentences) -> str:
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for sentence in sentences:
+        lines += [f"{word} NNP B-NP {tag}" for word, tag in sentence] + [""]
+    return "\n".join(lines)
+
+
+def served_tags(model_path: str, texts: list[str]) -> list[list[str]]:
+    """The export's tag for each word (its first sub-token's; "" elsewhere)."""
+    serve = tf.saved_model.load(model_path).signatures["serving_default"]
+    out = serve(text=tf.constant(texts))
+    tags = out["tag"].numpy().astype(str)
+    return [[t for t in row if t] for row in tags]
+
+
+@pytest.mark.parametrize("scheme", ["IOB1", "IOB2"])
+def test_ner_finetunes_scores_like_seqeval_and_exports_tags_as_written(tmp_path, scheme):
+    rng = np.random.default_rng(5)
+    train, dev = sentences(rng, 64, scheme), sentences(rng, 24, scheme)
+    train_tags = sorted({t for s in train for _, t in s})
+    assert {t for s in dev for _, t in s} <= set(train_tags)
+    if scheme == "IOB1":
+        assert "B-PER" in train_tags and "I-LOC" in train_tags  # IOB1's both prefixes
+    (tmp_path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
+    )
+    ner = tmp_path / "ner"
+    ner.mkdir()
+    (ner / "train.conll").write_text(conll(train))
+    (ner / "dev.conll").write_text(conll(dev))
+    task_file = ner / "task.json"
+    task_file.write_text(
+        json.dumps({"kind": "tagging", "train": "train.conll", "dev": "dev.conll"})
+    )
+    description = load_task_file(str(task_file))
+    assert description["tag_scheme"] == scheme and description["labels"] == train_tags
+
+    hparams = {**TINY, "user_tasks": {"ner": description}}
+    args = ["--data-dir", str(tmp_path), "--model-name", "tiny", "--tasks", "ner"]
+    assert finetune.main([*args, "--hparams", json.dumps(hparams)]) == 0
+    model_dir = tmp_path / "models" / "tiny"
+    results = json.loads((model_dir / "results" / "ner_results.json").read_text())
+    metrics = results["trials"][0]["ner"]
+
+    assert export.main(["--data-dir", str(tmp_path), "--model-name", "tiny", "--task", "ner"]) == 0
+    path = str(model_dir / "serving" / "tiny_ner" / "1")
+    predicted = served_tags(path, [" ".join(w for w, _ in s) for s in dev])
+    gold = [[t for _, t in s] for s in dev]
+    assert [len(p) for p in predicted] == [len(g) for g in gold]
+    # The export answers the tags as written: IOB1 in, IOB1 out; BIO in, BIO out.
+    assert {t for p in predicted for t in p} <= set(train_tags)
+    # The dev entity scores written are seqeval's on the model's predictions.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = {
+            "precision": seqeval_metrics.precision_score(gold, predicted),
+            "recall": seqeval_metrics.recall_score(gold, predicted),
+            "f1": seqeval_metrics.f1_score(gold, predicted),
+        }
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(100 * value, abs=1e-6), name
+    assert metrics["f1"] > 20  # the model learned something: the check is not 0 == 0
+    if scheme == "IOB1":  # an entity after O starts with I- in the answers too
+        assert any(p[i].startswith("I-") and (i == 0 or p[i - 1] == "O")
+                   for p in predicted for i in range(len(p)))  # fmt: skip
