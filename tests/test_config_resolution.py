@@ -1,5 +1,5 @@
 """The config is resolved once: who may call `resolve()`, what the resolved type guarantees,
-and the one loader of configs read from files (electra_tf/config.py, "Resolved once")."""
+and the one loader of configs read from files (electra_tf/config/, "Resolved once")."""
 
 from __future__ import annotations
 

@@ -34,9 +34,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
-from electra_tf.atomic_io import write_json
-from electra_tf.config_checks import (  # noqa: F401 (re-exported)
+from electra_tf.config.checks import (  # noqa: F401 (re-exported)
     DEFAULT_QUERY_BLOCKS,
     INIT_CHECKPOINT_FORMATS,
     MASKED_LM_VARIANTS,
@@ -58,7 +56,7 @@ from electra_tf.config_checks import (  # noqa: F401 (re-exported)
     replace_checked,
     thread_changes,
 )
-from electra_tf.model_config import (  # noqa: F401 (re-exported)
+from electra_tf.config.model import (  # noqa: F401 (re-exported)
     MODEL_SIZES,
     ModelConfig,
     check_head_split,
@@ -67,13 +65,15 @@ from electra_tf.model_config import (  # noqa: F401 (re-exported)
     derive_generator_config,
     derive_max_predictions,
 )
-from electra_tf.presets import (  # noqa: F401 (re-exported)
+from electra_tf.config.presets import (  # noqa: F401 (re-exported)
     CONFIGS_DIR,
     DEBUG_SETTINGS,
     load_preset,
     parse_hparams,
     preset_path,
 )
+from electra_tf.runtime import device_defaults  # pure "auto" answers; no TensorFlow import
+from electra_tf.runtime.atomic_io import write_json
 
 # Keys that config.json files this project once wrote hold and no field reads any more: ignored
 # on reading (key -> what became of it). None yet: no field was ever removed or renamed (this

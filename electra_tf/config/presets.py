@@ -9,9 +9,11 @@ import json
 import os
 from typing import Any
 
-from electra_tf.config_checks import ConfigError
+from electra_tf.config.checks import ConfigError
 
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+# The repository's configs/ folder, beside the package (this file is electra_tf/config/presets.py).
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGS_DIR = os.path.join(_REPO, "configs")
 
 
 def parse_hparams(hparams: str | None) -> dict[str, Any]:

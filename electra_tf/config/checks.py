@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
+from electra_tf.runtime import device_defaults  # pure "auto" answers; no TensorFlow import
 
 # `PretrainingConfig.objective_variant`: ELECTRA and the paper's Table 5 ablations (Clark et al.
 # 2020, Section 3.2), each on ELECTRA's pipeline (mask -> generator -> sample -> full-size

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf.config_checks import ConfigError, check_ranges, check_types, replace_checked
+from electra_tf.config.checks import ConfigError, check_ranges, check_types, replace_checked
 
 # Hidden size and depth per model size, as the original's `training_utils.get_bert_config`.
 MODEL_SIZES = {"small": (256, 12), "base": (768, 12), "large": (1024, 24)}
