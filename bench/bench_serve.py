@@ -80,7 +80,7 @@ from bench.serve_table import (
     print_report,
     stats,
 )
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

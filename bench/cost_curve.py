@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import bench_train, machine, train_table
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 TRAIN_CONFIGS = ("default", "mg-fp32", "hf-fp32")
 SERVE_BATCHES = (1, 32)

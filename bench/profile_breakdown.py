@@ -97,7 +97,7 @@ from bench.profile_trace import (  # noqa: F401  (this module's names before the
     profile_calls,
     read_trace,
 )
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 # ---------------------------------------------------------------------------------- runs
 QUICK_MODEL = {
@@ -156,8 +156,8 @@ def build_train_steps(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
 
     from bench.project_step import write_bench_vocab
     from electra_tf.config import pretraining_config
-    from electra_tf.device_defaults import probe_machine
     from electra_tf.runs import pretraining_model
+    from electra_tf.runtime.device_defaults import probe_machine
 
     data_dir = tempfile.mkdtemp(prefix="electra-profile-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
@@ -226,8 +226,8 @@ def export_encoder(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
     from bench.project_step import write_bench_vocab
     from electra_tf.config import pretraining_config
-    from electra_tf.device_defaults import probe_machine
     from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
+    from electra_tf.runtime.device_defaults import probe_machine
     from electra_tf.serving.kinds import serving_module
     from electra_tf.serving.precision import bfloat16_twin, model_twin_builder
     from electra_tf.serving.saved_model import ExportSpec, write_export
@@ -360,7 +360,7 @@ def start_tensorflow(args: argparse.Namespace) -> Any:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra)
     if args.inter:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter)
-    from electra_tf.tf_startup import start_tensorflow as start
+    from electra_tf.runtime.tf_startup import start_tensorflow as start
 
     start()
     return tf

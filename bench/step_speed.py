@@ -46,7 +46,7 @@ import tf_keras as keras
 from bench.machine import header, load_average, measure_peak
 from bench.project_step import apply_config_threads, project_train_steps, write_bench_vocab
 from electra_tf.config import ConfigError, pretraining_config
-from electra_tf.device_defaults import probe_machine
+from electra_tf.runtime.device_defaults import probe_machine
 
 
 def main(argv: list[str]) -> int:

@@ -41,7 +41,7 @@ def last_line(text: str) -> str:
 
 HOLDER = """
 import sys, time
-from electra_tf.run_lock import RunLock
+from electra_tf.runtime.run_lock import RunLock
 RunLock(sys.argv[1], sys.argv[2]).acquire()
 print("held", flush=True)
 time.sleep(120)

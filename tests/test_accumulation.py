@@ -165,7 +165,7 @@ def test_start_tensorflow_sets_the_thread_pools():
     import sys
 
     code = (
-        "from electra_tf.tf_startup import start_tensorflow; start_tensorflow(1, 3); "
+        "from electra_tf.runtime.tf_startup import start_tensorflow; start_tensorflow(1, 3); "
         "import tensorflow as tf; t = tf.config.threading; "
         "print(t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads())"
     )

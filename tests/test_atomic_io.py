@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 
 def test_writes_creates_folders_and_replaces(tmp_path):
@@ -36,7 +36,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
 
 
 def test_make_parents_creates_output_folders_and_names_a_path_it_cannot(tmp_path):
-    from electra_tf.atomic_io import make_parents
+    from electra_tf.runtime.atomic_io import make_parents
 
     assert make_parents(str(tmp_path / "a" / "b" / "out.json"), None) is None
     assert (tmp_path / "a" / "b").is_dir()

@@ -26,8 +26,8 @@ from helpers_precision import (
     max_error,
 )
 
-from electra_tf.device_defaults import onednn_runs_bfloat16
 from electra_tf.modeling.dense_forms import dense_rows
+from electra_tf.runtime.device_defaults import onednn_runs_bfloat16
 
 
 def _gelu64(x):

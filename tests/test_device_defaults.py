@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from electra_tf import device_defaults
 from electra_tf.config import ConfigError, PretrainingConfig, pretraining_config
-from electra_tf.device_defaults import PORTABLE, Machine
+from electra_tf.runtime import device_defaults
+from electra_tf.runtime.device_defaults import PORTABLE, Machine
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_thread_settings_after_tensorflow_started_warn_and_go_on():
 
     code = (
         "import tensorflow as tf; tf.constant(1.0) + 1.0; "
-        "from electra_tf.tf_startup import _set_threads; _set_threads(tf, 1, 2); "
+        "from electra_tf.runtime.tf_startup import _set_threads; _set_threads(tf, 1, 2); "
         "t = tf.config.threading; "
         "print(t.get_intra_op_parallelism_threads(), t.get_inter_op_parallelism_threads())"
     )

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf import checkpoints, device_defaults
+from electra_tf import checkpoints
 from electra_tf.cli import export
 from electra_tf.data.tokenization import FullTokenizer
 from electra_tf.finetuning.config import finetuning_config, save_finetuning_config
@@ -45,6 +45,7 @@ from electra_tf.finetuning.heads import pooled_output
 from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.registry import get_tasks
 from electra_tf.finetuning.task import shared_feature_specs
+from electra_tf.runtime import device_defaults
 from electra_tf.serving import precision as serving_precision
 from electra_tf.serving.saved_model import SERVING_FLAGS_FILE
 

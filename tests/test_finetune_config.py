@@ -202,7 +202,7 @@ def test_the_cpu_layout_resolves_as_pre_trainings():
     side on one intra-op and two inter-op threads on a 2-core CPU (pre-training's rule), one
     part and TensorFlow's pools elsewhere; a part count must divide the batch."""
     from electra_tf.cli.finetune import layout_threads
-    from electra_tf.device_defaults import PORTABLE, Machine
+    from electra_tf.runtime.device_defaults import PORTABLE, Machine
 
     config = finetuning_config("m", "d", {}, tasks="sst")
     two_cores = config.resolve(Machine("cpu", None, 2, False))

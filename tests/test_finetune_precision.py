@@ -49,13 +49,14 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf import checkpoints, device_defaults
+from electra_tf import checkpoints
 from electra_tf.cli import export, finetune
 from electra_tf.data.tokenization import FullTokenizer
 from electra_tf.finetuning.config import finetuning_config
 from electra_tf.finetuning.glue import featurize_pair
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
 from electra_tf.runs.finetuning import ModelRunner, resolve_precision
+from electra_tf.runtime import device_defaults
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Real trained weights (4 layers of 256), so that every layer shapes the logits and the bf16

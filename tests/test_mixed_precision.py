@@ -237,8 +237,8 @@ def test_emulated_bfloat16_is_announced_with_a_measured_slowdown():
     import io
     import time
 
-    from electra_tf import device_defaults
-    from electra_tf.device_defaults import Machine
+    from electra_tf.runtime import device_defaults
+    from electra_tf.runtime.device_defaults import Machine
 
     emulated = Machine(accelerator="cpu", cpu_count=2, native_bf16=False)
     note = device_defaults.emulated_bf16_note("mixed_bfloat16", emulated, 1.234)
@@ -261,8 +261,8 @@ def test_emulated_bfloat16_is_announced_with_a_measured_slowdown():
 
 def test_the_training_run_announces_emulated_bfloat16_first(data_dir, monkeypatch):
     # The run's first act after resolving its config: before any model or file is made.
-    from electra_tf.device_defaults import Machine
     from electra_tf.runs import pretraining
+    from electra_tf.runtime.device_defaults import Machine
 
     seen = []
 

@@ -196,7 +196,7 @@ def test_training_and_serving_do_not_load_matplotlib():
     installed): no matplotlib module loaded."""
     code = (
         "import sys\n"
-        "from electra_tf.tf_startup import start_tensorflow\n"
+        "from electra_tf.runtime.tf_startup import start_tensorflow\n"
         "start_tensorflow()\n"
         "import electra_tf.cli.pretrain, electra_tf.cli.finetune, electra_tf.cli.export\n"
         "import electra_tf.runs.pretraining, electra_tf.runs.finetuning\n"

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 from helpers_pretrain_cli import hparams, write_corpus
 
-from electra_tf import device_defaults
 from electra_tf.cli import pretrain
+from electra_tf.runtime import device_defaults
 
 
 def _argv(data_dir, model_name, **overrides):

@@ -18,7 +18,7 @@ from helpers_pretrain_cli import ROOT, cli_command, cli_env, run_pretrain, write
 from helpers_reliability import last_line, lock_held_by_another_process, record, wait_for
 
 from electra_tf.cli import build_tfrecords, export, finetune
-from electra_tf.run_lock import LockError, RunLock
+from electra_tf.runtime.run_lock import LockError, RunLock
 
 
 def _shards(data):
@@ -95,7 +95,7 @@ def test_second_pretrain_is_refused_and_sigterm_stops_within_a_step(tmp_path):
 
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path, capsys):
     code = (
-        "import os, signal, sys\nfrom electra_tf.run_lock import RunLock\n"
+        "import os, signal, sys\nfrom electra_tf.runtime.run_lock import RunLock\n"
         "RunLock(sys.argv[1]).acquire()\nos.kill(os.getpid(), signal.SIGKILL)\n"
     )
     dead = subprocess.run(
@@ -485,9 +485,9 @@ def test_cpu_calls_are_short_and_progress_lines_come_between_reports():
     import io
 
     from electra_tf.config import pretraining_config
-    from electra_tf.device_defaults import probe_machine
     from electra_tf.runs.cpu_calls import steps_per_call_limit
     from electra_tf.runs.progress import ProgressReporter
+    from electra_tf.runtime.device_defaults import probe_machine
 
     config = pretraining_config(preset="small")
     assert steps_per_call_limit(config, probe_machine()) == 1  # this CPU-only machine
@@ -548,16 +548,16 @@ def test_convert_lists_the_formats_checkpoints_has():
 
 
 def test_cpu_start_up_prints_no_cuda_error():
-    from electra_tf.device_defaults import has_nvidia_driver
+    from electra_tf.runtime.device_defaults import has_nvidia_driver
 
     if has_nvidia_driver():
         pytest.skip("a machine with an NVIDIA driver: its CUDA messages are real")
     # The pre-training CLI probes the machine first (its "auto" settings): the process's first
     # device query, before start_tensorflow.
     code = (
-        "import sys\nfrom electra_tf.device_defaults import probe_machine\n"
+        "import sys\nfrom electra_tf.runtime.device_defaults import probe_machine\n"
         "probe_machine()\n"
-        "from electra_tf.tf_startup import start_tensorflow\nstart_tensorflow()\n"
+        "from electra_tf.runtime.tf_startup import start_tensorflow\nstart_tensorflow()\n"
         # A compiled cluster later on, as training's GELU/LayerNorm/dropout forms compile.
         "import tensorflow as tf\ntf.function(lambda x: x * 2, jit_compile=True)(tf.ones(3))\n"
         "sys.stderr.write('a real error still shows\\n')\n"
@@ -615,7 +615,7 @@ def test_a_failed_atomic_write_names_its_file(tmp_path, monkeypatch):
     # device" and no path.
     import errno
 
-    from electra_tf import atomic_io
+    from electra_tf.runtime import atomic_io
 
     real_open = open
 

@@ -14,7 +14,6 @@ import pytest
 from helpers_pretrain_cli import ROOT, hparams, run_pretrain, write_corpus
 from helpers_reliability import last_line, record, wait_for
 
-from electra_tf.atomic_io import write_text
 from electra_tf.checkpoints.safetensors_io import SafetensorsError, load_file
 from electra_tf.cli import learn_vocab, pretrain
 from electra_tf.config import ConfigError, parse_hparams, pretraining_config
@@ -22,7 +21,8 @@ from electra_tf.data import corpus
 from electra_tf.data.pretraining_input import InputDataError, check_input_files
 from electra_tf.data.tokenization import VocabError, load_vocab
 from electra_tf.finetuning.config import finetuning_config
-from electra_tf.run_lock import LockError, RunLock
+from electra_tf.runtime.atomic_io import write_text
+from electra_tf.runtime.run_lock import LockError, RunLock
 
 
 # ------------------------------------------------------------------ hyperparameters

@@ -20,9 +20,9 @@ from helpers_precision import NO_ONEDNN_BFLOAT16
 from bench import serving_graph
 from electra_tf.cli import export
 from electra_tf.config import DEFAULT_QUERY_BLOCKS, pretraining_config
-from electra_tf.device_defaults import onednn_runs_bfloat16
 from electra_tf.modeling.discriminator import ElectraDiscriminator, dummy_inputs
 from electra_tf.modeling.utils import LAYER_NORM_EPSILON, InferenceOptions, apply_layer_norm
+from electra_tf.runtime.device_defaults import onednn_runs_bfloat16
 from electra_tf.serving.kinds import serving_module
 from electra_tf.serving.saved_model import ExportSpec, write_export
 

@@ -29,8 +29,8 @@ from helpers_pretrainer import TINY_RUN_HPARAMS, write_bert_layout_vocab
 from tensorflow.python.framework import kernels
 
 from electra_tf.config import pretraining_config
-from electra_tf.device_defaults import Machine
 from electra_tf.runs import pretraining_model
+from electra_tf.runtime.device_defaults import Machine
 
 TPU_HOST = Machine(accelerator="tpu", cpu_count=2)
 BATCH, SEQ_LEN, STEPS = 4, 16, 3

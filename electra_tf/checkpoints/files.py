@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from electra_tf.atomic_io import write_text
+from electra_tf.runtime.atomic_io import write_text
 
 # The resolved PretrainingConfig beside a native checkpoint (and in every run's model dir).
 CONFIG_FILE = "config.json"

@@ -8,7 +8,7 @@ the same folder in another format before): a user's own file anywhere below it (
 into without `--overwrite`. An output that is the input's folder,
 inside it, or around it is refused (replacing it would delete the input), and so is an output
 that is a symbolic link (see `check_output`). Two conversions to one output are serialised by
-the lock of `electra_tf.run_lock`, held in the output's parent folder because the output itself
+the lock of `electra_tf.runtime.run_lock`, held in the output's parent folder because the output itself
 is renamed away when it is replaced.
 """
 
@@ -19,11 +19,11 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from electra_tf.atomic_io import describe_files, replace_dir, unexpected_files
 from electra_tf.checkpoints import hf, kerashub, modelgarden
 from electra_tf.checkpoints.files import CONFIG_FILE, STATE_FILE, CheckpointError
 from electra_tf.checkpoints.original import ORIGINAL_PREFIX
-from electra_tf.run_lock import RunLock
+from electra_tf.runtime.atomic_io import describe_files, replace_dir, unexpected_files
+from electra_tf.runtime.run_lock import RunLock
 
 VOCAB_FILE = "vocab.txt"  # the tokenizer's vocabulary, copied beside every export but KerasHub's
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf.atomic_io import write_bytes
+from electra_tf.runtime.atomic_io import write_bytes
 
 # The header's dtype codes and their little-endian NumPy equivalents. BF16 has no NumPy type;
 # ml_dtypes (a TensorFlow dependency) provides one and is imported only when needed.

@@ -17,4 +17,4 @@
 
 # Before any command's imports reach TensorFlow: the environment it reads when it loads
 # (its log level, the tf_keras line), set in `tf_startup` (which imports no TensorFlow).
-import electra_tf.tf_startup  # noqa: E402, F401
+import electra_tf.runtime.tf_startup  # noqa: E402, F401

@@ -10,7 +10,7 @@ replaced only with `--overwrite`, and only when it holds nothing but what an exp
 format writes; an output that is (or holds, or sits in) the input, or a link, is refused, and a
 second conversion to one output is refused while the first holds its lock
 (`electra_tf/checkpoints/output.py`). The formats are the registered ones
-(`electra_tf/format_registry.py`), their names spelled from `electra_tf/checkpoint_names.py`; see
+(`electra_tf/checkpoints/format_registry.py`), their names spelled from `electra_tf/checkpoints/names.py`; see
 docs/checkpoints.md. The tokenizer's vocabulary (`--vocab-file`, else the one found with the
 input) goes with the weights: into a KerasHub preset's tokenizer, or beside them as vocab.txt;
 its ids must match the embedding rows (`--vocab-padding`: or be fewer).
@@ -25,11 +25,11 @@ import sys
 
 import numpy as np
 
-from electra_tf import format_registry
-from electra_tf.checkpoint_names import GENERATOR_SCOPES
+from electra_tf.checkpoints import format_registry
+from electra_tf.checkpoints.names import GENERATOR_SCOPES
 from electra_tf.config import ConfigError, PretrainingConfig
 
-# The registered formats (`electra_tf/format_registry.py`, which imports no TensorFlow, so that
+# The registered formats (`electra_tf/checkpoints/format_registry.py`, which imports no TensorFlow, so that
 # --help stays quick); equal to `electra_tf.checkpoints.FORMATS`.
 FORMATS = format_registry.names()
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --float16 is for --to hf (native and original stay float32)", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     start_tensorflow()  # before TensorFlow's first import: its CPU-only start-up noise is dropped
     import tensorflow as tf
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.checkpoints.files import first_line
     from electra_tf.checkpoints.hf import HFFormatError
     from electra_tf.checkpoints.safetensors_io import SafetensorsError
-    from electra_tf.run_lock import LockError
+    from electra_tf.runtime.run_lock import LockError
 
     try:
         config: PretrainingConfig | None = None

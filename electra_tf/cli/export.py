@@ -116,10 +116,16 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     start_tensorflow()
-    from electra_tf.run_lock import LockError, RunLock, Terminated, report_stop, sigterm_raises
+    from electra_tf.runtime.run_lock import (
+        LockError,
+        RunLock,
+        Terminated,
+        report_stop,
+        sigterm_raises,
+    )
     from electra_tf.serving.precision import check_precision
     from electra_tf.serving.saved_model import ExportError
 

@@ -96,7 +96,7 @@ def agreement(saved_model: str, model_file: str, signature: str, features: dict)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     start_tensorflow()
     from electra_tf.serving import openvino_runtime

@@ -31,7 +31,7 @@ from electra_tf.config import (
     parse_hparams,
     pretraining_config,
 )
-from electra_tf.device_defaults import Machine, probe_machine
+from electra_tf.runtime.device_defaults import Machine, probe_machine
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -110,8 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     stop_with_parent()
     from electra_tf.data.pretraining_input import InputDataError
-    from electra_tf.run_lock import LockError
     from electra_tf.runs.pretraining_model import TrainingDiverged
+    from electra_tf.runtime.run_lock import LockError
 
     try:
         allowed = [key.strip() for key in args.allow_config_change.split(",") if key.strip()]
@@ -131,7 +131,7 @@ def _run(
     evaluates; the exit code."""
     from electra_tf.runs.pretraining import evaluate, train
     from electra_tf.runs.strategy import build_strategy
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     strategy = start_tensorflow(
         config.intra_op_threads, config.inter_op_threads, lambda: build_strategy(config)

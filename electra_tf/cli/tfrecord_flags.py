@@ -8,7 +8,7 @@ import sys
 from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_builder import BuildOptions, build_pretraining_tfrecords
 from electra_tf.data.tokenization import VocabError
-from electra_tf.run_lock import LockError, Terminated, report_stop, sigterm_raises
+from electra_tf.runtime.run_lock import LockError, Terminated, report_stop, sigterm_raises
 
 _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}

@@ -10,8 +10,8 @@ import os
 import re
 import shutil
 
-from electra_tf.atomic_io import write_json
 from electra_tf.data.corpus import CorpusError
+from electra_tf.runtime.atomic_io import write_json
 
 SUMMARY_FILE = "build_summary.json"
 _OUR_FILES = re.compile(r"^pretrain_data\.tfrecord-\d+-of-\d+$|^build_summary\.json$")

@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from electra_tf.atomic_io import write_text
+from electra_tf.runtime.atomic_io import write_text
 
 if TYPE_CHECKING:
     import numpy as np

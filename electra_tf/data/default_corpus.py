@@ -31,7 +31,7 @@ import sysconfig
 import time
 from collections.abc import Iterable, Iterator
 
-from electra_tf.atomic_io import write_json, write_text
+from electra_tf.runtime.atomic_io import write_json, write_text
 
 MARKER = "default_corpus.complete.json"
 # 2: documents grouped by package (group_documents); a version-1 build is rebuilt.

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 
-from electra_tf.atomic_io import write_json
 from electra_tf.data.build_output import (
     LOCK_FILE,
     OWN_OUTPUTS,
@@ -60,7 +59,8 @@ from electra_tf.data.corpus import (
 from electra_tf.data.example_builder import ExampleBuilder, ExampleSerializer
 from electra_tf.data.tfrecord_io import TFRecordWriter
 from electra_tf.data.tokenization import FullTokenizer, id_count, load_vocab
-from electra_tf.run_lock import RunLock
+from electra_tf.runtime.atomic_io import write_json
+from electra_tf.runtime.run_lock import RunLock
 
 SHARD_PATTERN = "pretrain_data.tfrecord-{k}-of-{n}"
 LONG_LINE_EXAMPLES = 8  # a line with more tokens than this many examples is reported
@@ -297,7 +297,7 @@ def build_pretraining_tfrecords(options: BuildOptions) -> BuildStats:
     """Writes `options.num_out_files` shards under `options.output_dir`; returns the counts.
 
     Everything is checked before the output is touched; the build runs in a staging folder
-    inside the output directory (under the directory's lock, `electra_tf.run_lock`) and is
+    inside the output directory (under the directory's lock, `electra_tf.runtime.run_lock`) and is
     swapped in at the end, so a failed or interrupted build leaves the previous one whole."""
     scan = check_options(options)
     inputs = scan.inputs

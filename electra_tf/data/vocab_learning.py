@@ -16,9 +16,9 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterable
 
-from electra_tf.atomic_io import write_text
 from electra_tf.data.corpus import iter_text_files, list_inputs
 from electra_tf.data.tokenization import BasicTokenizer
+from electra_tf.runtime.atomic_io import write_text
 
 _BERT_LAYOUT_MIN_SIZE = 1000
 

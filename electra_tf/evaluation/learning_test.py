@@ -64,8 +64,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from electra_tf import atomic_io  # noqa: E402
-from electra_tf.atomic_io import write_json  # noqa: E402
 from electra_tf.config import ModelConfig, pretraining_config  # noqa: E402
 from electra_tf.evaluation import plots  # noqa: E402
 from electra_tf.evaluation.learning_report import (  # noqa: E402, F401 (importable from here)
@@ -95,6 +93,8 @@ from electra_tf.modeling.encoder import TransformerEncoder  # noqa: E402
 from electra_tf.optimization import create_optimizer  # noqa: E402
 from electra_tf.pretraining.pretrainer import ElectraPretrainer  # noqa: E402
 from electra_tf.runs.pretraining_model import generator_lr_multipliers  # noqa: E402
+from electra_tf.runtime import atomic_io  # noqa: E402
+from electra_tf.runtime.atomic_io import write_json  # noqa: E402
 
 # A command, not a test module, whatever its name: pytest collects nothing from it, even when
 # given its path.

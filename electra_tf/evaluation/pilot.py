@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     launched_at = args.launched_at if args.launched_at is not None else STARTED
     from electra_tf.cli.pretrain import build_config
     from electra_tf.config import ConfigError
-    from electra_tf.device_defaults import probe_machine
+    from electra_tf.runtime.device_defaults import probe_machine
 
     try:
         # The machine's "auto" choices, as the pre-training command makes them.
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     start_tensorflow()
     from electra_tf.data.pretraining_input import InputDataError
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result["config"] = config.to_dict()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    from electra_tf.atomic_io import write_json
+    from electra_tf.runtime.atomic_io import write_json
 
     write_json(args.out, result, indent=2, sort_keys=True)
     print(

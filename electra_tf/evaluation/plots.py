@@ -14,7 +14,7 @@ returns the closed `matplotlib.figure.Figure`, whose axes' titles and labels a t
 matplotlib is imported inside the functions, with the Agg backend (no display needed): importing
 this module, or the project's training and serving code, does not load it. (TensorFlow 2.20
 itself would, at `import tensorflow`, through Keras 3; the commands start TensorFlow with
-TF_USE_LEGACY_KERAS=1, `electra_tf/tf_startup.py`, and tests/test_plots.py checks them so.)
+TF_USE_LEGACY_KERAS=1, `electra_tf/runtime/tf_startup.py`, and tests/test_plots.py checks them so.)
 The pictures are small (`FIGSIZE`
 inches at `DPI`, a 128-colour palette: 10 to 45 KB) so that they can be committed beside the
 text.
@@ -28,7 +28,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 FIGSIZE = (9.0, 6.0)  # inches
 DPI = 100

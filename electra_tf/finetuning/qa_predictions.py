@@ -16,10 +16,10 @@ import os
 
 import numpy as np
 
-from electra_tf.atomic_io import write_json
 from electra_tf.data.tokenization import BasicTokenizer
 from electra_tf.finetuning import squad_eval
 from electra_tf.finetuning.scorers import Scorer
+from electra_tf.runtime.atomic_io import write_json
 
 
 @functools.lru_cache(maxsize=2)

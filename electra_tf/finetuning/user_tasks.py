@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from electra_tf.atomic_io import write_text
 from electra_tf.config import ConfigError
 from electra_tf.finetuning import readers, scorers, task_spec
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.glue import ClassificationTask, InputExample, RegressionTask
 from electra_tf.finetuning.task import DataError, Predict, Task, log
+from electra_tf.runtime.atomic_io import write_text
 
 # What a complete description of each kind holds beyond the common keys (`task_spec`).
 _COMPLETED = {"classification": "labels", "regression": "label_range", "tagging": "labels"}

@@ -28,9 +28,9 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from electra_tf.device_defaults import accelerator, onednn_runs_bfloat16
 from electra_tf.modeling.dropout import drop, kept, threshold_tensor
 from electra_tf.modeling.utils import fused
+from electra_tf.runtime.device_defaults import accelerator, onednn_runs_bfloat16
 
 
 def softmax_probs(scores: tf.Tensor) -> tf.Tensor:

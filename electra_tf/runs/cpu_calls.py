@@ -14,7 +14,7 @@ from typing import TextIO
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.device_defaults import Machine
+from electra_tf.runtime.device_defaults import Machine
 
 CALL_SECONDS = 2.0  # CPU: the longest a compiled call should run before Python looks again
 HEARTBEAT_SECONDS = 30.0  # CPU: a progress line at least this often

@@ -16,7 +16,6 @@ import json
 import os
 from typing import Any
 
-from electra_tf.atomic_io import write_json
 from electra_tf.config import ConfigError
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
@@ -25,6 +24,7 @@ from electra_tf.finetuning.config import (
     save_finetuning_config,
 )
 from electra_tf.finetuning.task import Task, log
+from electra_tf.runtime.atomic_io import write_json
 
 DATA_FILES = "data_files.json"  # <trial>/data_files.json: sha1 of each task's train/dev file
 

@@ -32,14 +32,14 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.atomic_io import write_json
 from electra_tf.checkpoints.files import CHECKPOINT_PREFIX
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
 from electra_tf.config import ConfigError
 from electra_tf.finetuning.config import BEST_CHECKPOINT_DIR
 from electra_tf.finetuning.task import log
-from electra_tf.run_lock import Terminated
 from electra_tf.runs.signals import StopRequest
+from electra_tf.runtime.atomic_io import write_json
+from electra_tf.runtime.run_lock import Terminated
 
 BEST_DIR = BEST_CHECKPOINT_DIR  # the best evaluation's weights and best_metrics.json
 BEST_METRICS_FILE = "best_metrics.json"

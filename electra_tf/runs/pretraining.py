@@ -37,8 +37,6 @@ from electra_tf.checkpoints.resume_check import check_allowed_keys, check_resuma
 from electra_tf.checkpoints.training_state import TrainingCheckpoints, write_run_config
 from electra_tf.config import PretrainingConfig, ResolvedPretrainingConfig
 from electra_tf.data.pretraining_input import InputDataError, check_input_files, match_files
-from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
-from electra_tf.run_lock import RunLock
 from electra_tf.runs.cpu_calls import (
     HEARTBEAT_SECONDS,
     announce_cpu_run,
@@ -62,6 +60,8 @@ from electra_tf.runs.progress import TENSORBOARD_DIR, ProgressReporter
 from electra_tf.runs.signals import StopRequest
 from electra_tf.runs.strategy import build_strategy, check_accumulation, worker_role
 from electra_tf.runs.worker_agreement import check_workers_agree, worker_name, worker_settings
+from electra_tf.runtime.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
+from electra_tf.runtime.run_lock import RunLock
 
 __all__ = ["TrainResult", "evaluate", "resume_changes", "train"]
 
@@ -105,7 +105,7 @@ def train(
     started, as multi-worker runs need); None builds it here. `allow_changes`: settings a
     resume may change besides those meant to (`checkpoints.resume_check`). The chief holds the
     model dir's lock for the whole run: a second writer is refused before it touches anything
-    (`electra_tf.run_lock`). Several workers first check that they agree
+    (`electra_tf.runtime.run_lock`). Several workers first check that they agree
     (`worker_agreement`)."""
     stream = stream or sys.stdout
     machine = probe_machine() if machine is None else machine

@@ -10,13 +10,13 @@ from typing import TextIO
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.atomic_io import write_json
 from electra_tf.config import ResolvedPretrainingConfig
-from electra_tf.run_lock import ensure_writable
 from electra_tf.runs.pretraining_data import make_dataset
 from electra_tf.runs.pretraining_model import build_model, metric_values, reset_metrics
 from electra_tf.runs.progress import TENSORBOARD_DIR, ProgressReporter
 from electra_tf.runs.strategy import build_strategy, worker_role
+from electra_tf.runtime.atomic_io import write_json
+from electra_tf.runtime.run_lock import ensure_writable
 
 RESULTS_DIR = "results"
 

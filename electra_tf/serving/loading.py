@@ -18,8 +18,8 @@ import os
 import warnings
 from typing import Any
 
-from electra_tf import device_defaults
 from electra_tf.config import query_blocks_problem
+from electra_tf.runtime import device_defaults
 from electra_tf.serving.saved_model import EXPORT_INFO_FILE, ExportError
 
 THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")

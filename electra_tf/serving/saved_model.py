@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from electra_tf.atomic_io import describe_files, replace_dir, unexpected_files
+from electra_tf.runtime.atomic_io import describe_files, replace_dir, unexpected_files
 
 EXPORT_INFO_FILE = "export.json"
 SERVING_FLAGS_FILE = "serving_flags.txt"
@@ -171,7 +171,7 @@ def weight_dtypes(variables: list[Any]) -> dict[str, int]:
 def write_export(spec: ExportSpec, output_dir: str, version: int | None, overwrite: bool) -> str:
     import tensorflow as tf
 
-    from electra_tf import device_defaults
+    from electra_tf.runtime import device_defaults
 
     signatures = spec.module.signatures()
     jit_compile = bool(getattr(spec.module, "jit_compile", False))

@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 from tools.original_parity.curves_metrics import (  # noqa: F401 (re-exported)
     EXTRA_METRICS,
     METRICS,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 # The filter lives with the device queries (core: config resolution uses it too).
-from electra_tf.device_defaults import cpu_only_noise_filtered
+from electra_tf.runtime.device_defaults import cpu_only_noise_filtered
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # INFO and WARNING; ERRORs still show
 # The project is on the tf_keras line. Without this, `import tensorflow` also imports Keras 3
