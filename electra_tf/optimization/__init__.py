@@ -10,7 +10,7 @@ Reference: google-research/electra `model/optimization.py` (docs/faithfulness.md
 - `ElectraSchedule`: polynomial decay to 0 MULTIPLIED by `min(1, step / warmup)`; warmup and
   decay overlap (not BERT's "replace the decay with a ramp during warmup").
 - `layerwise_lr_multipliers`: the fine-tuning layer-wise LR decay (`_get_layer_lrs`); it lives
-  in `electra_tf.layerwise_lr` and is importable from here as before.
+  in `electra_tf.optimization.layerwise_lr` and is importable from here as before.
 
 Every per-variable decision (weight-decay exclusion, LR multiplier) is made on the variable's
 ORIGINAL TF1 name, taken from a model's `variable_map()`, so that it matches the original exactly
@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.layerwise_lr import layerwise_lr_multipliers
+from electra_tf.optimization.layerwise_lr import layerwise_lr_multipliers
 
 # Substrings of an original variable name that exempt it from weight decay (as the original).
 DEFAULT_WEIGHT_DECAY_EXCLUSIONS = ("LayerNorm", "layer_norm", "bias")
