@@ -164,7 +164,7 @@ def count_format_reads(monkeypatch, counts):
     which every reader goes through. A format's reader calling its own helpers counts once."""
     import dataclasses
 
-    from electra_tf import format_registry
+    from electra_tf.checkpoints import format_registry
 
     get = format_registry.get
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from helpers_pretrainer import SPECIAL_IDS, tiny_config
 
-from electra_tf import checkpoints, format_registry
+from electra_tf import checkpoints
+from electra_tf.checkpoints import format_registry
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.cli import convert
 from electra_tf.config import save_config

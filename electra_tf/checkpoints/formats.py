@@ -27,14 +27,14 @@ from __future__ import annotations
 import os
 import shutil
 
-from electra_tf import checkpoint_names as names
-from electra_tf import format_registry
+from electra_tf.checkpoints import format_registry, names
 from electra_tf.checkpoints.config_inference import config_from_models
 from electra_tf.checkpoints.files import (
     CheckpointError,
     open_checkpoint,
     resolve_prefix,
 )
+from electra_tf.checkpoints.format_registry import WeightFormat
 from electra_tf.checkpoints.native import (
     build_model,
     build_pretrainer,
@@ -51,9 +51,8 @@ from electra_tf.checkpoints.weights import (
     model_weights,
 )
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.format_registry import WeightFormat
 
-# The registered formats (electra_tf/format_registry.py), as they were when this was imported.
+# The registered formats (electra_tf/checkpoints/format_registry.py), as they were when this was imported.
 FORMATS = format_registry.names()
 
 

@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import checkpoint_names as names
-from electra_tf.checkpoints import safetensors_io
+from electra_tf.checkpoints import names, safetensors_io
 from electra_tf.checkpoints.config_inference import config_from_models
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
+from electra_tf.checkpoints.format_registry import WeightFormat
 from electra_tf.checkpoints.hf_config import (  # noqa: F401 (the module's public names)
     FIXED_FIELDS,
     HF_ACTIVATIONS,
@@ -61,7 +61,6 @@ from electra_tf.checkpoints.hf_config import (  # noqa: F401 (the module's publi
 from electra_tf.checkpoints.original import is_model_variable
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.format_registry import WeightFormat
 
 DISCRIMINATOR = "discriminator"
 GENERATOR = "generator"

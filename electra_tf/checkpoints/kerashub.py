@@ -21,7 +21,7 @@ use the exact erf form. The weights carry over exactly; the backbone's outputs d
 project's by what that approximation makes (docs/checkpoints.md gives the figures). Read back,
 a preset is an ELECTRA network with the exact GELU again.
 
-Name map: `_PATHS` below, keyed by the original's names (`electra_tf.checkpoint_names`): word,
+Name map: `_PATHS` below, keyed by the original's names (`electra_tf.checkpoints.names`): word,
 position and token-type tables are `token_embedding`, `position_embedding`, `segment_embedding`;
 layer i is `transformer_layer_i`, its query/key/value kernels [H, n, d] and biases [n, d], its
 attention output kernel [n, d, H] (n heads, d = H / n). The heads are in
@@ -44,16 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from electra_tf import checkpoint_names as names
-from electra_tf.checkpoint_names import HEADS, HEADS_OUT
-from electra_tf.checkpoint_names import merge_heads as from_modelgarden
-from electra_tf.checkpoint_names import split_heads as to_modelgarden
-from electra_tf.checkpoints import safetensors_io
+from electra_tf.checkpoints import names, safetensors_io
 from electra_tf.checkpoints.config_inference import check_config_matches, config_from_models
 from electra_tf.checkpoints.files import CheckpointError, first_line
+from electra_tf.checkpoints.format_registry import WeightFormat
+from electra_tf.checkpoints.names import HEADS, HEADS_OUT
+from electra_tf.checkpoints.names import merge_heads as from_modelgarden
+from electra_tf.checkpoints.names import split_heads as to_modelgarden
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.format_registry import WeightFormat
 
 PRESET_CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.weights.h5"

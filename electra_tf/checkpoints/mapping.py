@@ -5,7 +5,7 @@ registered format's `WeightFormat.rename`).
 
 from __future__ import annotations
 
-from electra_tf import format_registry
+from electra_tf.checkpoints import format_registry
 from electra_tf.checkpoints.weights import SourceWeights
 
 

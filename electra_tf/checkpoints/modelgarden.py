@@ -64,7 +64,7 @@ import os
 
 import numpy as np
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.checkpoints.config_inference import check_config_matches, config_from_models
 from electra_tf.checkpoints.files import (
     CheckpointError,
@@ -72,6 +72,7 @@ from electra_tf.checkpoints.files import (
     read_tensor,
     resolve_prefix,
 )
+from electra_tf.checkpoints.format_registry import WeightFormat
 from electra_tf.checkpoints.modelgarden_names import (  # noqa: F401 (the module's public names)
     _DISCRIMINATOR_HEAD,
     _GENERATOR_HEAD,
@@ -100,7 +101,6 @@ from electra_tf.checkpoints.modelgarden_write import (  # noqa: F401 (the module
 )
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import ModelConfig, PretrainingConfig
-from electra_tf.format_registry import WeightFormat
 
 _LOG = logging.getLogger(__name__)
 

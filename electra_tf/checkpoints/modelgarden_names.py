@@ -1,13 +1,13 @@
 """Model Garden's names for ELECTRA's tensors: the name map of `modelgarden`'s docstring as a
-table keyed by `electra_tf.checkpoint_names`, and the BertEncoder arguments of a network.
+table keyed by `electra_tf.checkpoints.names`, and the BertEncoder arguments of a network.
 """
 
 from __future__ import annotations
 
 import re
 
-from electra_tf import checkpoint_names as names
-from electra_tf.checkpoint_names import HEADS, HEADS_OUT, PLAIN, merge_heads, split_heads
+from electra_tf.checkpoints import names
+from electra_tf.checkpoints.names import HEADS, HEADS_OUT, PLAIN, merge_heads, split_heads
 from electra_tf.config import ModelConfig, PretrainingConfig
 
 ENCODER_CONFIG_FILE = "encoder_config.json"

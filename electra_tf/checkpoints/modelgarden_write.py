@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.checkpoints.files import CHECKPOINT_PREFIX, CheckpointError, write_state_file
 from electra_tf.checkpoints.modelgarden_names import (
     _DISCRIMINATOR_HEAD,

@@ -24,6 +24,7 @@ from electra_tf.checkpoints.files import (
     resolve_prefix,
     write_state_file,
 )
+from electra_tf.checkpoints.format_registry import WeightFormat
 from electra_tf.checkpoints.recovery import (
     checkpoint_problem,
     checkpoints_on_disk,
@@ -31,7 +32,6 @@ from electra_tf.checkpoints.recovery import (
 )
 from electra_tf.checkpoints.weights import GENERATOR_HEAD_BIASES, SourceWeights
 from electra_tf.config import PretrainingConfig, save_config
-from electra_tf.format_registry import WeightFormat
 
 # What a native checkpoint can hold: the whole pretrainer, the discriminator (encoder + its
 # replaced-token head, what an HF `ElectraForPreTraining` folder is) or the bare encoder (an

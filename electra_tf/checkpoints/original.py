@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.checkpoints.config_inference import infer_config
 from electra_tf.checkpoints.files import (
     open_checkpoint,
@@ -21,9 +21,9 @@ from electra_tf.checkpoints.files import (
     resolve_prefix,
     write_state_file,
 )
+from electra_tf.checkpoints.format_registry import WeightFormat
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig
-from electra_tf.format_registry import WeightFormat
 
 ORIGINAL_PREFIX = "model.ckpt"  # run_pretraining's Estimator prefix
 _SLOT_SUFFIXES = ("/adam_m", "/adam_v")

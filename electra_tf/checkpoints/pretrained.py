@@ -12,10 +12,10 @@ import dataclasses
 import json
 import os
 
-from electra_tf.checkpoint_names import own_generator_embeddings
 from electra_tf.checkpoints import formats
 from electra_tf.checkpoints.config_inference import read_config_file
 from electra_tf.checkpoints.files import CONFIG_FILE, CheckpointError
+from electra_tf.checkpoints.names import own_generator_embeddings
 from electra_tf.checkpoints.weights import SourceWeights
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import VocabError, id_count, load_vocab

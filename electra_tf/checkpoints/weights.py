@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.checkpoints.files import CheckpointError
 from electra_tf.config import PretrainingConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dropout import Dropout
 from electra_tf.modeling.utils import (

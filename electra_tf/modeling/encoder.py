@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf import checkpoint_names
+from electra_tf.checkpoints import names as checkpoint_names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dense_forms import dense_rows
 from electra_tf.modeling.embeddings import Embeddings

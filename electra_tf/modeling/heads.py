@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.checkpoint_names import DISCRIMINATOR_HEAD
+from electra_tf.checkpoints.names import DISCRIMINATOR_HEAD
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.dense_forms import dense_train_rows
 from electra_tf.modeling.embeddings import Embeddings

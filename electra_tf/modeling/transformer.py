@@ -7,7 +7,7 @@ import math
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf import checkpoint_names as names
+from electra_tf.checkpoints import names
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.attention_softmax import softmax_dropout_train, softmax_probs
 from electra_tf.modeling.dense_forms import bias_add_train, dense_rows, is_linear

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from electra_tf.checkpoint_names import TWO_TOWER
+from electra_tf.checkpoints.names import TWO_TOWER
 from electra_tf.config import ModelConfig
 from electra_tf.modeling.embeddings import Embeddings
 from electra_tf.modeling.encoder import TransformerEncoder

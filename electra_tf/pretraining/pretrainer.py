@@ -7,7 +7,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf import checkpoint_names
+from electra_tf.checkpoints import names as checkpoint_names
 from electra_tf.config import ResolvedPretrainingConfig, check_resolved, config_from_values
 from electra_tf.modeling.utils import no_autograph
 from electra_tf.optimization import learning_rate_schedule

@@ -8,7 +8,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.checkpoint_names import GENERATOR_SCOPES
+from electra_tf.checkpoints.names import GENERATOR_SCOPES
 from electra_tf.checkpoints.native import restore_weights
 from electra_tf.config import ConfigError, ResolvedPretrainingConfig
 from electra_tf.optimization import create_optimizer, for_precision

@@ -27,7 +27,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
 @dataclasses.dataclass(frozen=True)
 class WeightFormat:
     """What a format module supplies. Weights are `checkpoints.weights.SourceWeights`, keyed by
-    the original's names (`electra_tf.checkpoint_names`).
+    the original's names (`electra_tf.checkpoints.names`).
 
     Args:
         name: the format's name (`--from`/`--to`, `init_checkpoint_format`).
