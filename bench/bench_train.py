@@ -110,7 +110,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     elif settings["kind"] == "finetune-run":
         from bench.project_step import run_whole_finetuning
 
-        run = run_whole_finetuning(args.batch, args.seq, settings["examples"], settings["dev"])
+        sizes = (settings["examples"], settings["dev"])
+        run = run_whole_finetuning(
+            args.batch, args.seq, *sizes, user_csv=settings.get("csv", False)
+        )
         return {"config": args.worker, **run, "peak_rss_mib": _peak_rss_mib()}
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")

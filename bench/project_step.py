@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import csv
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.atomic_io import write_json
 from electra_tf.config import pretraining_config
 from electra_tf.device_defaults import probe_machine
 from electra_tf.runs import pretraining_model
@@ -224,31 +226,39 @@ def build_finetune_step(
 
 
 def run_whole_finetuning(
-    batch: int, seq: int, examples: int, dev: int, epochs: int = 3
+    batch: int, seq: int, examples: int, dev: int, epochs: int = 3, user_csv: bool = False
 ) -> dict[str, Any]:
     """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
     every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
-    `examples` full-length train sentences and `dev` dev sentences, ELECTRA-Small randomly
-    initialised, float32; a bench record of its training tokens/s over the whole run (its
-    "step_s": the run's seconds per training step)."""
+    `examples` full-length train sentences and `dev` dev sentences (`user_csv`: as a user's
+    quoted CSV task with its task.json), ELECTRA-Small randomly initialised, float32; a bench
+    record of its training tokens/s over the whole run ("step_s": seconds per training step)."""
     from electra_tf.cli import finetune
     from electra_tf.tf_startup import start_tensorflow
 
     data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     write_bench_vocab(data_dir, 30522)
-    task_dir = os.path.join(data_dir, "finetuning_data", "sst")
+    task = "mine" if user_csv else "sst"
+    task_dir = os.path.join(data_dir, "finetuning_data", task)
     os.makedirs(task_dir)
     rng = np.random.default_rng(0)
     for split, count in (("train", examples), ("dev", dev)):
         # seq - 2 one-token words: every sentence fills max_seq_length with [CLS] and [SEP].
         words = rng.integers(1000, 30000, size=(count, seq - 2))
-        rows = [" ".join(f"w{w}" for w in row) + f"\t{i % 2}" for i, row in enumerate(words)]
-        with open(os.path.join(task_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
-            f.write("sentence\tlabel\n" + "\n".join(rows) + "\n")
+        rows = [["sentence", "label"]] + [
+            [" ".join(f"w{w}" for w in row), str(i % 2)] for i, row in enumerate(words)
+        ]
+        dialect = {"quoting": csv.QUOTE_ALL} if user_csv else {"dialect": "excel-tab"}
+        path = os.path.join(task_dir, f"{split}.{'csv' if user_csv else 'tsv'}")
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f, lineterminator="\r\n" if user_csv else "\n", **dialect).writerows(rows)
+    if user_csv:  # found by `--tasks mine`
+        spec = dict(kind="classification", train="train.csv", dev="dev.csv", text="sentence")
+        write_json(os.path.join(task_dir, "task.json"), spec)
     hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
                "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1}  # fmt: skip
-    argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", "sst"]
+    argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", task]
     # The thread pools `python -m electra_tf.finetune` sets as a program (main, called with
     # argv, leaves this process's alone).
     start_tensorflow(*finetune.layout_threads(json.dumps(hparams)))
@@ -261,7 +271,7 @@ def run_whole_finetuning(
     # Evaluation's batches after the first (which traces), against the serving export of the
     # same model at the same batch, both in this process's thread pools (the run's layout).
     eval_ms = 1000 * float(np.median(predict_seconds[1:] or predict_seconds))
-    export_ms = time_task_export(data_dir, batch, seq)
+    export_ms = time_task_export(data_dir, batch, seq, task)
     return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
             "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
             "eval_ms": eval_ms, "export_ms": export_ms}  # fmt: skip
@@ -295,16 +305,16 @@ def timed_predictions():
         ModelRunner.__init__ = init
 
 
-def time_task_export(data_dir: str, batch: int, seq: int, calls: int = 10) -> float:
-    """`python -m electra_tf.export --task sst` of the run's model, loaded back: the median ms
-    of its `encode_ids` on a full-length batch (after 3 warm-up calls)."""
+def time_task_export(data_dir: str, batch: int, seq: int, task: str, calls: int = 10) -> float:
+    """`python -m electra_tf.export --task <task>` of the run's model, loaded back: the median
+    ms of its `encode_ids` on a full-length batch (after 3 warm-up calls)."""
     from electra_tf.cli import export
 
     out = os.path.join(data_dir, "serving")
-    argv = ["--data-dir", data_dir, "--model-name", "bench", "--task", "sst", "--output-dir", out]
+    argv = ["--data-dir", data_dir, "--model-name", "bench", "--task", task, "--output-dir", out]
     if export.main(argv):
         raise RuntimeError("the export of the fine-tuned model failed (its output is above)")
-    model = tf.saved_model.load(os.path.join(out, "bench_sst", "1"))
+    model = tf.saved_model.load(os.path.join(out, f"bench_{task}", "1"))
     ids = np.random.default_rng(1).integers(1000, 30000, size=(batch, seq)).astype(np.int32)
     feed = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
             "segment_ids": tf.zeros_like(ids)}  # fmt: skip

@@ -46,6 +46,15 @@ CONFIGS: dict[str, dict] = {
     # results) on an MRPC-sized synthetic task: the whole run's training tokens/s, to set
     # beside the step's (`finetune`). Not in the default list: five minutes on 2 cores.
     "finetune-run": {"kind": "finetune-run", "task": "finetune", "examples": 3668, "dev": 408},
+    # The same run on the same sentences as a user's CSV task (quoted fields, a task file):
+    # reading by column name, the label set from the file, the checks before the first step.
+    "finetune-run-csv": {
+        "kind": "finetune-run",
+        "task": "finetune",
+        "examples": 3668,
+        "dev": 408,
+        "csv": True,
+    },
     # SQuAD's fine-tuning step at its length ("seq": these rows run at 384 whatever --seq says).
     "squad": {"kind": "finetune", "task": "squad", "seq": 384},
     "squad-bf16": {"kind": "finetune", "task": "squad", "seq": 384, "precision": "mixed_bfloat16"},
@@ -176,15 +185,16 @@ def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = []
     for row in rows:
         step = [r for r in rows if r["config"] == "finetune" and r["seq"] == row["seq"]]
-        if row["config"] == "finetune-run" and not row["failed"] and step and not step[0]["failed"]:
+        whole = CONFIGS.get(row["config"], {}).get("kind") == "finetune-run"
+        if whole and not row["failed"] and step and not step[0]["failed"]:
             share = row["tokens_per_s"] / step[0]["tokens_per_s"]
             lines.append(
-                f"\nfinetune-run: the whole fine-tuning run at {share:.0%} of the finetune "
+                f"\n{row['config']}: the whole fine-tuning run at {share:.0%} of the finetune "
                 f"step's tokens/s ({row['tokens_per_s']:.0f} against {step[0]['tokens_per_s']:.0f})"
             )
-        if row["config"] == "finetune-run" and row.get("eval_ms"):
+        if whole and row.get("eval_ms"):
             lines.append(
-                f"finetune-run: evaluation {row['eval_ms']:.0f} ms per batch of {row['batch']}, "
+                f"{row['config']}: evaluation {row['eval_ms']:.0f} ms per batch of {row['batch']}, "
                 f"the task's serving export {row['export_ms']:.0f} ms "
                 f"({row['export_ms'] / row['eval_ms']:.2f}x the export's speed)"
             )
