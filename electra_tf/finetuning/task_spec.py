@@ -25,8 +25,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf.config import ConfigError
-from electra_tf.config_checks import closest_key
+from electra_tf.config import ConfigError, closest_key
 from electra_tf.finetuning import readers
 
 KINDS = ("classification", "regression", "tagging")
