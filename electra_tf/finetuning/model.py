@@ -173,6 +173,9 @@ class ElectraClassifier(keras.Model):
         encoder: a `TransformerEncoder` (e.g. with pre-trained weights loaded).
         num_labels: number of classes.
         task_name: names the head's variables `task_specific/<task_name>/dense/*`.
+        seed: where given, the dropout masks come from `self.rng`, a generator the model's
+            checkpoints hold (`FinetuningModel`'s `seed`), so that a `fit` resumed by Keras's
+            `BackupAndRestore` continues them: the uninterrupted fit's weights, bit for bit.
     """
 
     def __init__(
@@ -181,11 +184,15 @@ class ElectraClassifier(keras.Model):
         num_labels: int,
         task_name: str = "classifier",
         dropout_rate: float = 0.1,
+        seed: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
         self.encoder = encoder
         self.head = ClassificationHead(task_name, num_labels, dropout_rate)
+        if seed is not None:
+            self.rng = tf.random.Generator.from_seed(seed)
+            draw_seeds_from(self, self.rng)
         # Builds the head so `variable_map()` works before the first fit.
         self.head.logits(tf.zeros((1, encoder.config.hidden_size)))
 
