@@ -1,16 +1,19 @@
 """A user's named-entity data (CoNLL-2003-style, in IOB1 and in IOB2) fine-tuned, evaluated
 and exported by one command each: the dev entity F1 in the results is seqeval's on the same
-predictions, and the export answers the tags as the user wrote them."""
+predictions, and the export answers the tags as the user wrote them. Bad tagging data is one
+line naming file:line before anything is written."""
 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the export's tokenizer ops
+from helpers_user_data import listing
 
 from electra_tf.cli import export, finetune
 from electra_tf.finetuning import tag_schemes
@@ -75,6 +78,27 @@ def served_tags(model_path: str, texts: list[str]) -> list[list[str]]:
     return [[t for t in row if t] for row in tags]
 
 
+def write_task(root, train, dev, files=None) -> str:
+    """The vocabulary, `ner/{train,dev}.conll` and `ner/task.json`; the task file's path."""
+    (root / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
+    )
+    ner = root / "ner"
+    ner.mkdir()
+    (ner / "train.conll").write_text(conll(train))
+    (ner / "dev.conll").write_text(conll(dev))
+    for name, text in (files or {}).items():
+        (ner / name).write_text(text)
+    task = {"kind": "tagging", "train": "train.conll", "dev": "dev.conll"}
+    (ner / "task.json").write_text(json.dumps(task))
+    return str(ner / "task.json")
+
+
+def run(root, task_file: str) -> int:
+    args = ["--data-dir", str(root), "--model-name", "tiny", "--task-file", task_file]
+    return finetune.main([*args, "--hparams", json.dumps(TINY)])
+
+
 @pytest.mark.parametrize("scheme", ["IOB1", "IOB2"])
 def test_ner_finetunes_scores_like_seqeval_and_exports_tags_as_written(tmp_path, scheme):
     rng = np.random.default_rng(5)
@@ -83,23 +107,11 @@ def test_ner_finetunes_scores_like_seqeval_and_exports_tags_as_written(tmp_path,
     assert {t for s in dev for _, t in s} <= set(train_tags)
     if scheme == "IOB1":
         assert "B-PER" in train_tags and "I-LOC" in train_tags  # IOB1's both prefixes
-    (tmp_path / "vocab.txt").write_text(
-        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])
-    )
-    ner = tmp_path / "ner"
-    ner.mkdir()
-    (ner / "train.conll").write_text(conll(train))
-    (ner / "dev.conll").write_text(conll(dev))
-    task_file = ner / "task.json"
-    task_file.write_text(
-        json.dumps({"kind": "tagging", "train": "train.conll", "dev": "dev.conll"})
-    )
-    description = load_task_file(str(task_file))
+    task_file = write_task(tmp_path, train, dev)
+    description = load_task_file(task_file)
     assert description["tag_scheme"] == scheme and description["labels"] == train_tags
 
-    hparams = {**TINY, "user_tasks": {"ner": description}}
-    args = ["--data-dir", str(tmp_path), "--model-name", "tiny", "--tasks", "ner"]
-    assert finetune.main([*args, "--hparams", json.dumps(hparams)]) == 0
+    assert run(tmp_path, task_file) == 0  # one command: fine-tune and evaluate
     model_dir = tmp_path / "models" / "tiny"
     results = json.loads((model_dir / "results" / "ner_results.json").read_text())
     metrics = results["trials"][0]["ner"]
@@ -125,3 +137,64 @@ def test_ner_finetunes_scores_like_seqeval_and_exports_tags_as_written(tmp_path,
     if scheme == "IOB1":  # an entity after O starts with I- in the answers too
         assert any(p[i].startswith("I-") and (i == 0 or p[i - 1] == "O")
                    for p in predicted for i in range(len(p)))  # fmt: skip
+
+
+def _unseen_dev_tag(root):
+    dev = root / "ner" / "dev.conll"
+    dev.write_text(dev.read_text() + "\njohn NNP B-NP B-ORG\n")
+    return r"dev\.conll:\d+: tag 'B-ORG' is not in the train file's tags"
+
+
+def _malformed_tag(root):
+    dev = root / "ner" / "dev.conll"
+    dev.write_text(dev.read_text() + "\njohn NNP B-NP PER\n")
+    return r"dev\.conll:\d+: tag 'PER' is not O or B-/I-/E-/S- followed by a type"
+
+
+def _line_without_tag(root):
+    dev = root / "ner" / "dev.conll"
+    dev.write_text(dev.read_text() + "\njohn\n")
+    return r"dev\.conll:\d+: expected 'word \.\.\. tag'"
+
+
+def _sentence_less_dev(root):
+    (root / "ner" / "dev.conll").write_text("-DOCSTART- -X- -X- O\n\n")
+    return r"dev\.conll: no tagged sentence"
+
+
+def _jsonl_lengths_differ(root):
+    task_file = root / "ner" / "task.json"
+    task = {**json.loads(task_file.read_text()), "dev": "dev.jsonl", "text": "tokens"}
+    task_file.write_text(json.dumps({**task, "label": "tags"}))
+    (root / "ner" / "dev.jsonl").write_text('{"tokens": ["john", "met"], "tags": ["B-PER"]}\n')
+    return r"dev\.jsonl:1: 2 tokens but 1 tags"
+
+
+BAD = {
+    "a dev tag unseen in train": _unseen_dev_tag,
+    "a malformed tag": _malformed_tag,
+    "a line without a tag": _line_without_tag,
+    "a file without a sentence": _sentence_less_dev,
+    "a JSONL line whose tokens and tags differ in length": _jsonl_lengths_differ,
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_tagging_data_is_one_line_before_anything_is_written(tmp_path, capsys, case):
+    rng = np.random.default_rng(1)
+    task_file = write_task(tmp_path, sentences(rng, 8, "IOB2"), [[("john", "B-PER")]])
+    if case == "a JSONL line whose tokens and tags differ in length":
+        # The train file as JSONL too: the task's format follows its files.
+        lines = [json.dumps({"tokens": [w for w, _ in s], "tags": [t for _, t in s]})
+                 for s in sentences(rng, 8, "IOB2")]  # fmt: skip
+        (tmp_path / "ner" / "train.jsonl").write_text("\n".join(lines) + "\n")
+        task = json.loads((tmp_path / "ner" / "task.json").read_text())
+        (tmp_path / "ner" / "task.json").write_text(json.dumps({**task, "train": "train.jsonl"}))
+    message = BAD[case](tmp_path)
+    before = listing(tmp_path)
+    code = run(tmp_path, task_file)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert re.search(message, err[0]) and ";" in err[0], (message, err)  # the fix after ";"
+    assert listing(tmp_path) == before  # no lock, no model folder, no TFRecord
