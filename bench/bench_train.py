@@ -112,7 +112,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
         sizes = (settings["examples"], settings["dev"])
         run = run_whole_finetuning(
-            args.batch, args.seq, *sizes, user_csv=settings.get("csv", False)
+            args.batch,
+            args.seq,
+            *sizes,
+            user_csv=settings.get("csv", False),
+            hparams=settings.get("hparams"),
         )
         return {"config": args.worker, **run, "peak_rss_mib": _peak_rss_mib()}
     else:

@@ -226,13 +226,21 @@ def build_finetune_step(
 
 
 def run_whole_finetuning(
-    batch: int, seq: int, examples: int, dev: int, epochs: int = 3, user_csv: bool = False
+    batch: int,
+    seq: int,
+    examples: int,
+    dev: int,
+    epochs: int = 3,
+    user_csv: bool = False,
+    hparams: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
     every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
     `examples` full-length train sentences and `dev` dev sentences (`user_csv`: as a user's
     quoted CSV task with its task.json), ELECTRA-Small randomly initialised, float32; a bench
-    record of its training tokens/s over the whole run ("step_s": seconds per training step)."""
+    record of its training tokens/s over the whole run ("step_s": seconds per training step)
+    and of its training checkpoints ("ckpt_ms": the median save, "ckpt_count"). `hparams`:
+    settings over the run's (e.g. `save_checkpoints_steps`)."""
     from electra_tf.cli import finetune
     from electra_tf.tf_startup import start_tensorflow
 
@@ -257,12 +265,13 @@ def run_whole_finetuning(
         spec = dict(kind="classification", train="train.csv", dev="dev.csv", text="sentence")
         write_json(os.path.join(task_dir, "task.json"), spec)
     hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
-               "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1}  # fmt: skip
+               "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1,
+               **(hparams or {})}  # fmt: skip
     argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", task]
     # The thread pools `python -m electra_tf.finetune` sets as a program (main, called with
     # argv, leaves this process's alone).
     start_tensorflow(*finetune.layout_threads(json.dumps(hparams)))
-    with timed_predictions() as predict_seconds:
+    with timed_predictions() as predict_seconds, timed_checkpoints() as checkpoint_seconds:
         start = time.perf_counter()
         if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
             raise RuntimeError("the fine-tuning run failed (its output is above)")
@@ -274,7 +283,9 @@ def run_whole_finetuning(
     export_ms = time_task_export(data_dir, batch, seq, task)
     return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
             "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
-            "eval_ms": eval_ms, "export_ms": export_ms}  # fmt: skip
+            "eval_ms": eval_ms, "export_ms": export_ms,
+            "ckpt_ms": 1000 * float(np.median(checkpoint_seconds or [0.0])),
+            "ckpt_count": len(checkpoint_seconds)}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -303,6 +314,30 @@ def timed_predictions():
         yield seconds
     finally:
         ModelRunner.__init__ = init
+
+
+@contextlib.contextmanager
+def timed_checkpoints():
+    """The seconds of every training checkpoint (`TrainingCheckpoints.save` of a trial's state:
+    the model, its optimizer, the step) of the runs made inside; the final weights-only save
+    and the best-model saves are not training checkpoints and are left out."""
+    from electra_tf.checkpoints.training_state import TrainingCheckpoints
+
+    seconds: list[float] = []
+    save = TrainingCheckpoints.save
+
+    def timing_save(checkpoints, step):
+        start = time.perf_counter()
+        path = save(checkpoints, step)
+        if getattr(checkpoints.checkpoint, "optimizer", None) is not None:
+            seconds.append(time.perf_counter() - start)
+        return path
+
+    TrainingCheckpoints.save = timing_save
+    try:
+        yield seconds
+    finally:
+        TrainingCheckpoints.save = save
 
 
 def time_task_export(data_dir: str, batch: int, seq: int, task: str, calls: int = 10) -> float:

@@ -55,6 +55,15 @@ CONFIGS: dict[str, dict] = {
         "dev": 408,
         "csv": True,
     },
+    # The same run with a training checkpoint every 50 steps (at least 6 in the run), each one
+    # timed: its line gives a checkpoint's cost at 500-step intervals, as a share of the run.
+    "finetune-run-ckpt": {
+        "kind": "finetune-run",
+        "task": "finetune",
+        "examples": 3668,
+        "dev": 408,
+        "hparams": {"save_checkpoints_steps": 50},
+    },
     # SQuAD's fine-tuning step at its length ("seq": these rows run at 384 whatever --seq says).
     "squad": {"kind": "finetune", "task": "squad", "seq": 384},
     "squad-bf16": {"kind": "finetune", "task": "squad", "seq": 384, "precision": "mixed_bfloat16"},
@@ -164,7 +173,7 @@ def summarise(
                     peak_rss_mib=max(r["peak_rss_mib"] for r in runs),
                 )
                 # A whole run's evaluation and serving export (finetune-run), median of rounds.
-                for key in ("eval_ms", "export_ms"):
+                for key in ("eval_ms", "export_ms", "ckpt_ms", "ckpt_count"):
                     if all(key in r for r in runs):
                         row[key] = statistics.median(r[key] for r in runs)
             rows.append(row)
@@ -177,6 +186,22 @@ def ratio_at(rows: Sequence[dict[str, Any]], config: str, column: str, seq: int)
         if row["config"] == config and row["seq"] == seq and not row["failed"]:
             return row["ratios"].get(column)
     return None
+
+
+# The checkpoint period the bench states the cost of (the target: 2% of the run's time or less).
+CHECKPOINT_PERIOD = 500
+
+
+def checkpoint_line(row: dict[str, Any]) -> str:
+    """A `finetune-run` row's training checkpoint: its median time, and that time once every
+    `CHECKPOINT_PERIOD` steps of the run's as a share of the run's time."""
+    step_s = row["batch"] * row["seq"] / row["tokens_per_s"]  # the whole run's, per step
+    cost = row["ckpt_ms"] / 1000 / (CHECKPOINT_PERIOD * step_s)
+    return (
+        f"{row['config']}: a training checkpoint {row['ckpt_ms']:.0f} ms (median of "
+        f"{row['ckpt_count']}), every {CHECKPOINT_PERIOD} steps {cost:.2%} of the run's time "
+        f"({step_s:.2f} s a step)"
+    )
 
 
 def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -192,6 +217,8 @@ def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
                 f"\n{row['config']}: the whole fine-tuning run at {share:.0%} of the finetune "
                 f"step's tokens/s ({row['tokens_per_s']:.0f} against {step[0]['tokens_per_s']:.0f})"
             )
+        if whole and row.get("ckpt_ms"):
+            lines.append(checkpoint_line(row))
         if whole and row.get("eval_ms"):
             lines.append(
                 f"{row['config']}: evaluation {row['eval_ms']:.0f} ms per batch of {row['batch']}, "

@@ -228,3 +228,14 @@ def test_the_whole_run_is_set_beside_its_step():
         "finetune-run: evaluation 250 ms per batch of 32, the task's serving export 200 ms "
         "(0.80x the export's speed)",
     ]
+
+
+def test_the_checkpoint_cost_is_stated_at_500_step_intervals():
+    # 32 x 128 tokens a step at 4096 tok/s: 1 s a step; a 2.5 s checkpoint every 500 steps.
+    row = {"config": "finetune-run-ckpt", "seq": 128, "failed": False, "tokens_per_s": 4096.0,
+           "batch": 32, "ckpt_ms": 2500.0, "ckpt_count": 9}  # fmt: skip
+    assert train_table.whole_run_lines([row]) == [
+        "finetune-run-ckpt: a training checkpoint 2500 ms (median of 9), every 500 steps "
+        "0.50% of the run's time (1.00 s a step)"
+    ]
+    assert train_table.CONFIGS["finetune-run-ckpt"]["hparams"] == {"save_checkpoints_steps": 50}
