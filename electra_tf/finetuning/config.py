@@ -40,20 +40,7 @@ MODEL_CONFIG_FILE = "model_config.json"
 # and its export use.
 BEST_CHECKPOINT_DIR = "best"
 
-# The built-in task names (the original's), from the one task table; `known_task_names()` adds
-# the tasks registered since.
-TASK_NAMES = task_table.BUILT_IN_TASKS
-
-
-known_task_names = task_table.task_names
-check_task_names = task_table.check_task_names
-
-
-def is_qa_task(name: str) -> bool:
-    """Whether `name` is a registered question-answering task (the table's kind; the original
-    tested for "squad" or "qa" in the name, which also matched e.g. a user's "faq_intent")."""
-    found = task_table.find_task_type(name)
-    return found is not None and found.kind == "qa"
+is_qa_task = task_table.is_qa_task  # where it was; every task name is the table's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +174,7 @@ class FinetuningConfig:
         """Itself, once every field is known and in range; ConfigError naming the field."""
         if not self.task_names:
             raise ConfigError("task_names: at least one task is required")
-        check_task_names(self.task_names, self.user_tasks)
+        task_table.check_task_names(self.task_names, self.user_tasks)
         if self.model_size not in MODEL_SIZES:
             raise ConfigError(
                 f"model_size: {self.model_size!r} is not one of {sorted(MODEL_SIZES)}"
@@ -329,20 +316,14 @@ class FinetuningConfig:
         return os.path.join(self.resolved_model_dir(), "test_predictions")
 
     def featurization_key(self) -> dict[str, Any]:
-        """Every setting that changes featurized records; the TFRecord cache is keyed on it.
-
-        The original keyed its cache on task names only, so a changed `max_seq_length` reused
-        stale records ("Can't parse serialized Example").
-        """
+        """The settings all tasks' records share; the TFRecord cache is keyed on them and on
+        each task's `Task.featurization_key()` (the original keyed it on task names alone: a
+        changed `max_seq_length` reused stale records)."""
         return {
-            "task_names": list(self.task_names),
             "max_seq_length": self.max_seq_length,
             "vocab_sha1": file_sha1(self.resolved_vocab_file()),
             "do_lower_case": self.do_lower_case,
             "do_strip_accents": self.do_strip_accents,
-            "double_unordered": self.double_unordered,
-            "max_query_length": self.max_query_length,
-            "doc_stride": self.doc_stride,
             "debug": self.debug,
             "max_train_examples": self.max_train_examples,
         }
@@ -399,7 +380,7 @@ def _overrides(hparams: str | Mapping[str, Any] | None, tasks: str | None) -> di
         names = [t.strip() for t in tasks.split(",") if t.strip()]
         if not names:  # `--tasks ""` used to fall back to the default task, chunk
             raise ConfigError(
-                f"--tasks: {tasks!r} names no task; known: {', '.join(known_task_names())}"
+                f"--tasks: {tasks!r} names no task; known: {', '.join(task_table.task_names())}"
             )
         overrides["task_names"] = names
     return overrides

@@ -124,7 +124,8 @@ class SentenceTask(Task):
     def get_examples(self, split: str) -> list[InputExample]:
         path = self.split_file(split)
         rows = read_tsv(path, max_lines=100 if self.config.debug else None)
-        is_test = "test" in split or "diagnostic" in split
+        # By exact name: a split such as "latest" or "contest" has labels.
+        is_test = split in self.get_test_splits()
         cols = self.test_columns if (is_test and self.test_columns) else self.columns
         if cols[3]:  # a header row to compare with
             warn_ragged_rows(path, rows)
@@ -159,6 +160,15 @@ class SentenceTask(Task):
             eid = index - (1 if skip_header else 0) + eid_offset
             examples.append(InputExample(eid, self.name, text_a, text_b, label, where))
         return examples
+
+    @property
+    def pair(self) -> bool:
+        """Whether the task's examples are sentence pairs (it reads a second text column)."""
+        return self.columns[1] is not None
+
+    def featurization_key(self) -> dict[str, Any]:
+        # The swapped copies are in the train records of the double_unordered tasks only.
+        return {"double_unordered": self.config.double_unordered} if self.double_train else {}
 
     def featurize(self, example: InputExample, is_training: bool) -> list[dict[str, Any]]:
         features = featurize_pair(
@@ -199,7 +209,11 @@ class SentenceTask(Task):
 
 
 class ClassificationTask(SentenceTask):
+    kind = "classification"
     label_list: tuple[str, ...] = ("0", "1")
+
+    def serving_options(self) -> dict[str, Any]:
+        return {"pair": self.pair, "label_names": self.label_strings()}
 
     def dummy_label(self) -> str:
         return self.label_list[0]
@@ -228,8 +242,13 @@ class ClassificationTask(SentenceTask):
 
 
 class RegressionTask(SentenceTask):
+    kind = "regression"
     min_value: float = 0.0
     max_value: float = 5.0
+
+    def serving_options(self) -> dict[str, Any]:
+        # Training targets are (label - min) / max (the original's normalisation): undone.
+        return {"pair": self.pair, "score_scale": self.max_value, "score_offset": self.min_value}
 
     def dummy_label(self) -> float:
         return 0.0

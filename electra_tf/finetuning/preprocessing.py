@@ -6,8 +6,10 @@ by the loss and the scorers), training reads `repeat -> shuffle(100) -> batch(dr
 train steps = `int(n_examples // batch_size * num_train_epochs)`.
 
 Unlike the original, a cached file is reused only when everything that shapes its records
-matches: `FinetuningConfig.featurization_key()` plus the split, the tasks, the batch size and
-the raw files' size and modification time, all recorded in the `.metadata` file.
+matches: the shared settings (`FinetuningConfig.featurization_key()`), each of its tasks' own
+(`Task.featurization_key()`: a QA task's doc_stride re-keys that task's records, not a GLUE
+task's), the split, the tasks, the batch size and the raw files' size and modification time,
+all recorded in the `.metadata` file.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class Preprocessor:
             raw[path] = [stat.st_size, stat.st_mtime_ns] if stat else None
         return {
             **self.config.featurization_key(),
+            # A record's task_id is its task's index in task_names.
+            "task_names": list(self.config.task_names),
+            "task_keys": {t.name: t.featurization_key() for t in tasks},
             "split": split,
             "tasks": sorted(t.name for t in tasks),
             "batch_size": batch_size,

@@ -17,7 +17,7 @@ from typing import Any
 from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import heads
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task, log
+from electra_tf.finetuning.task import DataError, FeatureSpec, NotServable, Predict, Task, log
 
 
 @dataclasses.dataclass
@@ -36,7 +36,9 @@ class QAExample:
 
     @property
     def example_id(self) -> str:
-        return self.qas_id if "squad" in self.task_name else self.qid
+        # SQuAD questions carry an "id", MRQA ones a "qid" (not the task's name: a registered
+        # QA task may be called anything).
+        return self.qas_id if self.qas_id is not None else self.qid
 
 
 def _is_whitespace(c: str) -> bool:
@@ -90,6 +92,8 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
 
 class QATask(Task):
     """SQuAD-style span extraction; `v2` adds unanswerable questions."""
+
+    kind = "qa"
 
     def __init__(self, config: FinetuningConfig, name: str, tokenizer: Any, v2: bool = False):
         super().__init__(config, name, tokenizer)
@@ -154,6 +158,24 @@ class QATask(Task):
         return example
 
     # ------------------------------------------------------------------ features
+    def featurization_key(self) -> dict[str, Any]:
+        return {
+            "max_query_length": self.config.max_query_length,
+            "doc_stride": self.config.doc_stride,
+        }
+
+    def serving_options(self) -> dict[str, Any]:
+        """`[CLS] question [SEP] context [SEP]`, the question cut to `max_query_length` as in
+        training; one window of context (no document stride at serving)."""
+        if not self.config.joint_prediction:
+            raise NotServable("serving supports the joint-prediction QA head only")
+        return {
+            "pair": True,
+            "truncation": "first_fixed",
+            "max_first_length": self.config.max_query_length,
+            "max_answer_length": self.config.max_answer_length,
+        }
+
     def feature_specs(self) -> list[FeatureSpec]:
         return [
             FeatureSpec(f"{self.name}_eid", ()),

@@ -42,6 +42,11 @@ def get_task(name: str, config: FinetuningConfig, tokenizer: Any) -> Task:
     task = found.builder()(config, name, tokenizer)
     if not isinstance(task, Task):
         raise TypeError(f"task {name!r}: {found.build!r} built a {type(task).__name__}, not a Task")
+    if task.kind != found.kind:  # the export would serve it as the wrong kind
+        raise TypeError(
+            f"task {name!r}: {found.build!r} built a {type(task).__name__} of kind "
+            f"{task.kind!r}, but the task table says {found.kind!r}; set the class' `kind`"
+        )
     return task
 
 

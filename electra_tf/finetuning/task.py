@@ -3,7 +3,10 @@
 A task reads its raw split files into examples, featurizes an example into one or more flat
 feature dicts (`input_ids`, `input_mask`, `segment_ids`, `task_id` and `<task>_*` keys, the
 original's names), declares those keys' shapes (`feature_specs`), builds its head and its scorer,
-and writes its test-split predictions in its benchmark's submission format.
+and writes its test-split predictions in its benchmark's submission format. Its `kind` and
+`serving_options()` are all the export needs to serve it; its `featurization_key()` is its
+part of the TFRecord cache key. A new task is a subclass registered in the task table
+(`task_table.register_task`; docs/configuration.md, "Adding a task").
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ from electra_tf.finetuning.config import FinetuningConfig
 
 class DataError(ValueError):
     """A malformed input file; the message names the file and line."""
+
+
+class NotServable(ValueError):
+    """A task model that cannot be exported as it was trained (the message says why and what
+    to change); the export reports it as its own error."""
+
+
+# `Task.serving_options()`' keys. What the export's `TextFeaturizer` takes (how raw strings
+# become ids, as `featurize` makes them in training) ...
+FEATURIZER_OPTIONS = ("truncation", "max_first_length", "single_segment_id")
+# ... and what its `ServingModule` takes (the signature's inputs and the outputs' post-processing).
+MODULE_OPTIONS = ("pair", "label_names", "score_scale", "score_offset", "max_answer_length")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +72,15 @@ def log(*args: Any) -> None:
 
 
 class Task(abc.ABC):
-    """A fine-tuning task. `tokenizer` is a `FullTokenizer` (tokenize/convert_tokens_to_ids)."""
+    """A fine-tuning task. `tokenizer` is a `FullTokenizer` (tokenize/convert_tokens_to_ids).
+
+    Attributes:
+        kind: what the task predicts, one of `task_table.TASK_KINDS` ("classification",
+            "regression", "qa", "tagging"): the export serves the model as that kind, and a
+            task of the table must be of its table row's kind.
+    """
+
+    kind: str = ""
 
     def __init__(self, config: FinetuningConfig, name: str, tokenizer: Any):
         self.config = config
@@ -91,7 +114,29 @@ class Task(abc.ABC):
         """A fresh scorer (`update(per-example result dict)`, `get_results()`)."""
 
     def get_test_splits(self) -> list[str]:
+        """The splits read without labels, by exact name."""
         return ["test"]
+
+    def serving_options(self) -> dict[str, Any]:
+        """How the export serves this task's model: keyword arguments for its `TextFeaturizer`
+        and `ServingModule` (only the ones that differ from their defaults).
+
+        Featurizer (`FEATURIZER_OPTIONS`), so that served text becomes the ids `featurize`
+        makes: `truncation` ("longest_first" or "first_fixed"), `max_first_length` (the first
+        text's cap under "first_fixed"), `single_segment_id` (the segment id of a single
+        text's tokens, 0 or 1). Module (`MODULE_OPTIONS`): `pair` (the signature takes
+        `text_a` and `text_b`), `label_names` (classification: the class names in label-id
+        order; tagging: the tag names in label-id order), `score_scale` / `score_offset`
+        (regression: output = prediction * scale + offset, back on the label scale),
+        `max_answer_length` (qa). Raises `NotServable` for a model the export cannot serve.
+        """
+        return {}
+
+    def featurization_key(self) -> dict[str, Any]:
+        """Every setting of this task that changes its featurized records, beyond the shared
+        ones (`FinetuningConfig.featurization_key`): its part of the TFRecord cache key, so
+        that changing it re-featurizes this task's records and no other task's. JSON values."""
+        return {}
 
     def label_strings(self) -> list[str] | None:
         """Label names for submission files; None for regression / span tasks."""

@@ -139,6 +139,13 @@ def find_task_type(name: str) -> TaskType | None:
     return _TABLE.get(name)
 
 
+def is_qa_task(name: str) -> bool:
+    """Whether `name` is a registered question-answering task (the table's kind; the original
+    tested for "squad" or "qa" in the name, which also matched e.g. a user's "faq_intent")."""
+    found = find_task_type(name)
+    return found is not None and found.kind == "qa"
+
+
 def check_task_names(names: tuple[str, ...], user_tasks: Mapping[str, Any]) -> None:
     """Every name is a registered task or one of `user_tasks`, once; a user task does not take
     a registered name; every user task is run (a ConfigError naming the name)."""

@@ -115,55 +115,37 @@ def _task_features(tasks: list[Any], features: dict[str, tf.Tensor]) -> dict[str
 def _task_module(
     model, task, tasks, tokenizer, vocab, tokens, max_seq_length, module=ServingModule
 ) -> ServingModule:
-    from electra_tf.finetuning.glue import ClassificationTask, RegressionTask
-    from electra_tf.finetuning.qa import QATask
-    from electra_tf.finetuning.tagging import TaggingTask
+    """The `ServingModule` of `task` (one of the `FinetuningModel`'s `tasks`): served as its
+    `kind`, with its `serving_options()` (task.py) split between the featurizer and the
+    module. No task class is named here: a registered task serves as its kind does."""
+    from electra_tf.finetuning.task import FEATURIZER_OPTIONS, MODULE_OPTIONS, NotServable
+    from electra_tf.finetuning.task_table import TASK_KINDS
 
     name = task.name
+    if task.kind not in TASK_KINDS:
+        raise ExportError(f"task {name}: kind {task.kind!r} is not one of {TASK_KINDS}")
+    try:
+        served = dict(task.serving_options())
+    except NotServable as e:
+        raise ExportError(f"{name}: {e}") from None
+    unknown = sorted(set(served) - set(FEATURIZER_OPTIONS) - set(MODULE_OPTIONS))
+    if unknown:
+        raise ExportError(
+            f"task {name}: serving_options() {unknown} are none of "
+            f"{FEATURIZER_OPTIONS + MODULE_OPTIONS}"
+        )
+    featurizing = {k: served.pop(k) for k in FEATURIZER_OPTIONS if k in served}
+    featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length, **featurizing)
 
     def head_outputs(features, options):
-        return _task_head_outputs(model, name, _task_features(tasks, features), options)
-
-    if isinstance(task, ClassificationTask | RegressionTask):
-        pair = task.columns[1] is not None
-        featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length)
-        if isinstance(task, ClassificationTask):
-            return module(
-                head_outputs, model, featurizer, tokens, "classification", pair,
-                label_names=task.label_strings(),
-            )  # fmt: skip
-        # Training targets are (label - min) / max (the original's normalisation): undo it.
-        return module(
-            head_outputs, model, featurizer, tokens, "regression", pair,
-            score_scale=task.max_value, score_offset=task.min_value,
-        )  # fmt: skip
-    if isinstance(task, QATask):
-        if not task.config.joint_prediction:
-            raise ExportError(f"{name}: serving supports the joint-prediction QA head only")
-        featurizer = TextFeaturizer(
-            tokenizer, vocab, max_seq_length, "first_fixed", task.config.max_query_length
-        )
-        return module(
-            head_outputs, model, featurizer, tokens, "qa", pair=True,
-            max_answer_length=task.config.max_answer_length,
-        )  # fmt: skip
-    if isinstance(task, TaggingTask):
-        mapping = task.label_mapping()
-        if not mapping:
-            raise ExportError(f"{name}: no label mapping (fine-tune the task first)")
-        labels = [tag for tag, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
-
-        def tag_logits(features, options):
-            # Every position is "labeled": the serving output tags every token.
-            length = tf.shape(features["input_ids"])[1]
-            positions = tf.tile(tf.range(length)[None], [tf.shape(features["input_ids"])[0], 1])
-            full = _task_features(tasks, features)
+        full = _task_features(tasks, features)
+        if task.kind == "tagging":  # every position "labeled": the export tags every token
+            ids = features["input_ids"]
+            positions = tf.tile(tf.range(tf.shape(ids)[1])[None], [tf.shape(ids)[0], 1])
             full[f"{name}_labeled_positions"] = positions  # [B, L]
-            return _task_head_outputs(model, name, full, options)
+        return _task_head_outputs(model, name, full, options)
 
-        featurizer = TextFeaturizer(tokenizer, vocab, max_seq_length, single_segment_id=1)
-        return module(tag_logits, model, featurizer, tokens, "tagging", label_names=labels)
-    raise ExportError(f"task {name}: no serving signature for {type(task).__name__}")
+    return module(head_outputs, model, featurizer, tokens, task.kind, **served)
 
 
 def _task_head_outputs(
