@@ -136,6 +136,21 @@ def _trial_configs(run_dir: str, task_name: str) -> tuple[Any, ModelConfig]:
         return config, ModelConfig.from_dict(json.load(f))
 
 
+def _trial_checkpoint(run_dir: str, config: Any, best: bool) -> str:
+    """The checkpoint a trial is exported from: its best evaluation's where it kept one
+    (`metric_for_best`: its results were computed with those weights) and `best`, else its
+    last (naming the trial folder, `--checkpoint`, exports its last)."""
+    from electra_tf.finetuning.config import BEST_CHECKPOINT_DIR
+
+    latest = tf.train.latest_checkpoint(run_dir)
+    if latest is None:
+        raise ExportError(f"{run_dir}: no checkpoint")
+    kept = tf.train.latest_checkpoint(os.path.join(run_dir, BEST_CHECKPOINT_DIR))
+    if best and config.metric_for_best is not None and kept is not None:
+        return kept
+    return latest
+
+
 def task_spec(
     model_name: str,
     model_dir: str,
@@ -152,7 +167,6 @@ def task_spec(
     of the trial directory `checkpoint`; `precision` "bfloat16": its bfloat16 twin."""
     check_precision(precision)
     from electra_tf.data.tokenization import FullTokenizer
-    from electra_tf.finetuning.config import BEST_CHECKPOINT_DIR
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.registry import get_task
     from electra_tf.finetuning.task import shared_feature_specs
@@ -173,14 +187,7 @@ def task_spec(
         return FinetuningModel(model_config, tasks, specs)
 
     model = build()
-    latest = tf.train.latest_checkpoint(run_dir)
-    if latest is None:
-        raise ExportError(f"{run_dir}: no checkpoint")
-    # A trial that kept its best evaluation (`metric_for_best`) is exported with those weights,
-    # as its results were computed; naming the trial folder (`checkpoint`) exports its last.
-    best = tf.train.latest_checkpoint(os.path.join(run_dir, BEST_CHECKPOINT_DIR))
-    if checkpoint is None and config.metric_for_best is not None and best is not None:
-        latest = best
+    latest = _trial_checkpoint(run_dir, config, best=checkpoint is None)
     status = tf.train.Checkpoint(model=model).read(latest)
     status.assert_existing_objects_matched().expect_partial()
     if precision == "bfloat16":
