@@ -283,7 +283,7 @@ class QATask(Task):
     def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
         """SQuAD 2.0's submission: `squad_test_<trial>_predictions.json` (the answers, "" where
         the null odds exceed `qa_na_threshold`) and `..._null_odds.json`; other QA tasks none."""
-        if self.name != "squad":
+        if not (self.v2 and isinstance(self, SQuADTask)):
             self.skip_test_predictions()
             return
         scorer = self.get_scorer("test")

@@ -167,14 +167,15 @@ class SpanQAScorer(Scorer):
 
     def get_results(self) -> list[tuple[str, float]]:
         predictions, null_odds = self.write_predictions()
-        if self.name == "squad":
+        # By the task's data, not its name: a registered SQuAD-format task scores as SQuAD.
+        if hasattr(self.task, "load_dataset") and self.v2:  # SQuAD 2.0 json
             dataset = self.task.load_dataset(self.split)
             results = squad_eval.evaluate_v2(
                 dataset, predictions, null_odds, self.config.qa_na_threshold
             )
-        elif self.name == "squadv1":
+        elif hasattr(self.task, "load_dataset"):  # SQuAD 1.1 json
             results = squad_eval.evaluate_v1(self.task.load_dataset(self.split), predictions)
-        else:
+        else:  # MRQA jsonl
             answers = {e.qid: e.answers for e in self.task.get_examples(self.split)}
             results = squad_eval.evaluate_mrqa(answers, predictions)
         return sorted(results.items()) + [("loss", self.get_loss())]
