@@ -127,7 +127,7 @@ def test_build_is_deterministic(built):
 def test_examples_are_mostly_real_tokens(built):
     import tensorflow as tf
 
-    data_dir, _, log = built[0]
+    data_dir, marker, log = built[0]
     assert "padding" in log  # the build says how much of its examples is padding
     folder = os.path.join(data_dir, "pretrain_tfrecords")
     files = sorted(os.path.join(folder, n) for n in os.listdir(folder) if ".tfrecord-" in n)
@@ -140,5 +140,20 @@ def test_examples_are_mostly_real_tokens(built):
     )
     assert len(masks) >= 60
     padding = 1.0 - masks.mean()
+    assert abs(100 * padding - marker["tfrecords"]["pretrain_tfrecords"]["padding_percent"]) < 0.06
     print(f"padding {padding:.1%} of {masks.size} positions")
     assert padding < 0.15, f"{padding:.1%} of {masks.size} positions are padding"
+
+
+def test_a_finished_build_says_its_padding_again(built):
+    data_dir, marker, log = built[0]
+    percent = marker["tfrecords"]["pretrain_tfrecords"]["padding_percent"]
+    assert f"padding {percent:.1f}%" in log  # as the build printed it
+    again: list[str] = []
+    assert (
+        default_corpus.build_default_data(
+            data_dir, vocab_size=200, num_processes=1, log=again.append
+        )
+        == marker
+    )
+    assert len(again) == 1 and "already built" in again[0] and f"padding {percent:.1f}%" in again[0]

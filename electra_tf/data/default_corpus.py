@@ -361,7 +361,18 @@ def _write_tfrecords(
         )
         log(f"{out}:\n{result.summary()}")
         stats[out] = {k: getattr(result, k) for k in ("documents", "tokens", "examples")}
+        slots = result.example_tokens + result.padding
+        stats[out]["padding_percent"] = round(100.0 * result.padding / max(1, slots), 1)
     return stats
+
+
+def _describe(marker: dict) -> str:
+    """The training records' counts in a finished build's marker, as its build printed them."""
+    train = marker.get("tfrecords", {}).get("pretrain_tfrecords", {})
+    counts = f"{train.get('examples', 0):,} examples, {train.get('tokens', 0):,} tokens"
+    if "padding_percent" in train:  # markers written before it was kept do not have it
+        counts += f", padding {train['padding_percent']:.1f}%"
+    return counts
 
 
 def build_default_data(
@@ -381,9 +392,13 @@ def build_default_data(
         "python": sys.version.split()[0],
     }
     if is_complete(data_dir, settings):
-        log(f"default corpus already built in {data_dir} (marker {MARKER} matches); nothing to do")
         with open(os.path.join(data_dir, MARKER), encoding="utf-8") as f:
-            return json.load(f)
+            marker = json.load(f)
+        log(
+            f"default corpus already built in {data_dir} (marker {MARKER} matches); nothing to "
+            f"do: {_describe(marker)}"
+        )
+        return marker
     start = time.perf_counter()
     os.makedirs(data_dir, exist_ok=True)
     # Only files this builder writes are ever removed (a stale marker first).
