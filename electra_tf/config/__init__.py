@@ -169,7 +169,7 @@ class PretrainingConfig:
     # loss is a cross-entropy on the generator's scale.
     objective_variant: str = "electra"
     seed: int = 0
-    # "auto" is resolved by resolve(machine) (electra_tf/device_defaults.py): on CPU,
+    # "auto" is resolved by resolve(machine) (electra_tf/runtime/device_defaults.py): on CPU,
     # mixed_bfloat16 where it has native bf16 (AVX512_BF16/AMX) else float32, and no XLA.
     precision: str = "float32"  # auto | float32 | mixed_bfloat16 | mixed_float16
     jit_compile: bool | str = "auto"  # auto | true | false
