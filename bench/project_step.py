@@ -29,10 +29,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.atomic_io import write_json
 from electra_tf.config import pretraining_config
-from electra_tf.device_defaults import probe_machine
 from electra_tf.runs import pretraining_model
+from electra_tf.runtime.atomic_io import write_json
+from electra_tf.runtime.device_defaults import probe_machine
 
 CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
 
@@ -187,7 +187,6 @@ def build_finetune_step(
     fine-tuning config's (float32, mixed_bfloat16, mixed_float16); `task`: "sst" (a GLUE
     classifier) or "squad" (SQuAD 1.1's span head)."""
     # Imported here: the pre-training rows (and a --baseline's package) need none of it.
-    from electra_tf.device_defaults import probe_machine
     from electra_tf.finetuning.config import finetuning_config
     from electra_tf.finetuning.registry import get_tasks, make_tokenizer
     from electra_tf.runs.finetuning import ModelRunner
@@ -225,27 +224,9 @@ def build_finetune_step(
     return run_step, params, resolved_layout(config, False)
 
 
-def run_whole_finetuning(
-    batch: int,
-    seq: int,
-    examples: int,
-    dev: int,
-    epochs: int = 3,
-    user_csv: bool = False,
-    hparams: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
-    every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
-    `examples` full-length train sentences and `dev` dev sentences (`user_csv`: as a user's
-    quoted CSV task with its task.json), ELECTRA-Small randomly initialised, float32; a bench
-    record of its training tokens/s over the whole run ("step_s": seconds per training step)
-    and of its training checkpoints ("ckpt_ms": the median save, "ckpt_count"). `hparams`:
-    settings over the run's (e.g. `save_checkpoints_steps`)."""
-    from electra_tf.cli import finetune
-    from electra_tf.tf_startup import start_tensorflow
-
-    data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+def write_run_data(data_dir: str, seq: int, examples: int, dev: int, user_csv: bool) -> str:
+    """The whole run's vocabulary and synthetic task under `data_dir`; returns the task's name
+    (`run_whole_finetuning`)."""
     write_bench_vocab(data_dir, 30522)
     task = "mine" if user_csv else "sst"
     task_dir = os.path.join(data_dir, "finetuning_data", task)
@@ -264,6 +245,32 @@ def run_whole_finetuning(
     if user_csv:  # found by `--tasks mine`
         spec = dict(kind="classification", train="train.csv", dev="dev.csv", text="sentence")
         write_json(os.path.join(task_dir, "task.json"), spec)
+    return task
+
+
+def run_whole_finetuning(
+    batch: int,
+    seq: int,
+    examples: int,
+    dev: int,
+    epochs: int = 3,
+    user_csv: bool = False,
+    hparams: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
+    every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
+    `examples` full-length train sentences and `dev` dev sentences (`user_csv`: as a user's
+    quoted CSV task with its task.json), ELECTRA-Small randomly initialised, float32; a bench
+    record of its training tokens/s over the whole run ("step_s": seconds per training step)
+    and of its training checkpoints ("ckpt_ms": the median save, "ckpt_count"). `hparams`:
+    settings over the run's (e.g. `save_checkpoints_steps`)."""
+    from bench.serving_graph import time_task_export
+    from electra_tf.cli import finetune
+    from electra_tf.runtime.tf_startup import start_tensorflow
+
+    data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
+    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
+    task = write_run_data(data_dir, seq, examples, dev, user_csv)
     hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
                "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1,
                **(hparams or {})}  # fmt: skip
@@ -271,7 +278,7 @@ def run_whole_finetuning(
     # The thread pools `python -m electra_tf.finetune` sets as a program (main, called with
     # argv, leaves this process's alone).
     start_tensorflow(*finetune.layout_threads(json.dumps(hparams)))
-    with timed_predictions() as predict_seconds, timed_checkpoints() as checkpoint_seconds:
+    with timed_run() as (predict_seconds, checkpoint_seconds):
         start = time.perf_counter()
         if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
             raise RuntimeError("the fine-tuning run failed (its output is above)")
@@ -280,7 +287,7 @@ def run_whole_finetuning(
     # Evaluation's batches after the first (which traces), against the serving export of the
     # same model at the same batch, both in this process's thread pools (the run's layout).
     eval_ms = 1000 * float(np.median(predict_seconds[1:] or predict_seconds))
-    export_ms = time_task_export(data_dir, batch, seq, task)
+    export_ms = time_task_export(data_dir, batch, seq, task)  # bench/serving_graph.py
     return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
             "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
             "eval_ms": eval_ms, "export_ms": export_ms,
@@ -289,13 +296,16 @@ def run_whole_finetuning(
 
 
 @contextlib.contextmanager
-def timed_predictions():
-    """The seconds of every prediction call (`ModelRunner._predict`: one evaluation batch) of
-    the runs made inside."""
+def timed_run():
+    """The seconds of every prediction call (`ModelRunner._predict`: one evaluation batch) and
+    of every training checkpoint (`TrainingCheckpoints.save` of a state with an optimizer, not
+    the final weights or the best model) of the runs made inside: (predictions, checkpoints)."""
+    from electra_tf.checkpoints.training_state import TrainingCheckpoints
     from electra_tf.runs.finetuning import ModelRunner
 
-    seconds: list[float] = []
-    init = ModelRunner.__init__
+    predictions: list[float] = []
+    saves: list[float] = []
+    init, save = ModelRunner.__init__, TrainingCheckpoints.save
 
     def timing_init(runner, *args, **kwargs):
         init(runner, *args, **kwargs)
@@ -304,75 +314,23 @@ def timed_predictions():
         def timed(features):
             start = time.perf_counter()
             outputs = predict(features)
-            seconds.append(time.perf_counter() - start)
+            predictions.append(time.perf_counter() - start)
             return outputs
 
         runner._predict = timed
-
-    ModelRunner.__init__ = timing_init
-    try:
-        yield seconds
-    finally:
-        ModelRunner.__init__ = init
-
-
-@contextlib.contextmanager
-def timed_checkpoints():
-    """The seconds of every training checkpoint (`TrainingCheckpoints.save` of a trial's state:
-    the model, its optimizer, the step) of the runs made inside; the final weights-only save
-    and the best-model saves are not training checkpoints and are left out."""
-    from electra_tf.checkpoints.training_state import TrainingCheckpoints
-
-    seconds: list[float] = []
-    save = TrainingCheckpoints.save
 
     def timing_save(checkpoints, step):
         start = time.perf_counter()
         path = save(checkpoints, step)
         if getattr(checkpoints.checkpoint, "optimizer", None) is not None:
-            seconds.append(time.perf_counter() - start)
+            saves.append(time.perf_counter() - start)
         return path
 
-    TrainingCheckpoints.save = timing_save
+    ModelRunner.__init__, TrainingCheckpoints.save = timing_init, timing_save
     try:
-        yield seconds
+        yield predictions, saves
     finally:
-        TrainingCheckpoints.save = save
-
-
-def time_task_export(data_dir: str, batch: int, seq: int, task: str, calls: int = 10) -> float:
-    """`python -m electra_tf.export --task <task>` of the run's model, loaded back: the median
-    ms of its `encode_ids` on a full-length batch (after 3 warm-up calls)."""
-    from electra_tf.cli import export
-
-    out = os.path.join(data_dir, "serving")
-    argv = ["--data-dir", data_dir, "--model-name", "bench", "--task", task, "--output-dir", out]
-    if export.main(argv):
-        raise RuntimeError("the export of the fine-tuned model failed (its output is above)")
-    model = tf.saved_model.load(os.path.join(out, f"bench_{task}", "1"))
-    ids = np.random.default_rng(1).integers(1000, 30000, size=(batch, seq)).astype(np.int32)
-    feed = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
-            "segment_ids": tf.zeros_like(ids)}  # fmt: skip
-    encode = model.signatures["encode_ids"]
-    seconds = []
-    for index in range(3 + calls):
-        start = time.perf_counter()
-        encode(**feed)
-        if index >= 3:
-            seconds.append(time.perf_counter() - start)
-    return 1000 * float(np.median(seconds))
-
-
-# ---------------------------------------------------------------------------------- Model Garden
-# Peer baseline for `make bench`: TF Model Garden's ElectraPretrainer, one full train step.
-#
-# Same shapes and step as the peer harness the project was asked to beat (ELECTRA-Small:
-# discriminator 12 x 256 with 4 heads and FFN 1024, generator 12 x 64 with 1 head and FFN 256,
-# embedding width 128, vocab 30522; Model Garden's legacy AdamWeightDecay; MLM + 50 x RTD loss;
-# global-norm clipping). Model Garden is only a benchmark peer here: the project never imports it.
-#
-# `build_peer_step(batch, seq, jit, vocab)` returns `(step_fn, inputs)`; the bench worker times
-# `step_fn(inputs)`.
+        ModelRunner.__init__, TrainingCheckpoints.save = init, save
 
 
 def build_peer_step(

@@ -20,6 +20,9 @@ To see the graph of older code, run this same file against it, from outside both
 `PYTHONPATH=<old checkout> python <this checkout>/bench/serving_graph.py` (`-m` from this
 checkout's root would import this checkout's electra_tf first). `TF_ENABLE_ONEDNN_OPTS=0` shows
 what a TensorFlow without oneDNN runs.
+
+`time_task_export` times a fine-tuned task's export the same way it is served (the
+`finetune-run` rows of `make bench`, `bench/project_step.run_whole_finetuning`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import inspect
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 
 # Ops that hold no computation: the graph's plumbing, not what it runs.
@@ -143,6 +147,44 @@ def random_ids(batch: int, seq_len: int, vocab_size: int) -> dict:
     mask = np.ones([batch, seq_len], np.int32)
     mask[0, seq_len // 2 :] = 0  # one padded row: the attention mask takes part
     return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+
+
+def time_task_export(data_dir: str, batch: int, seq: int, task: str, calls: int = 10) -> float:
+    """`python -m electra_tf.export --task <task>` of the run's model, loaded back: the median
+    ms of its `encode_ids` on a full-length batch (after 3 warm-up calls)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from electra_tf.cli import export
+
+    out = os.path.join(data_dir, "serving")
+    argv = ["--data-dir", data_dir, "--model-name", "bench", "--task", task, "--output-dir", out]
+    if export.main(argv):
+        raise RuntimeError("the export of the fine-tuned model failed (its output is above)")
+    model = tf.saved_model.load(os.path.join(out, f"bench_{task}", "1"))
+    ids = np.random.default_rng(1).integers(1000, 30000, size=(batch, seq)).astype(np.int32)
+    feed = {"input_ids": tf.constant(ids), "input_mask": tf.ones_like(ids),
+            "segment_ids": tf.zeros_like(ids)}  # fmt: skip
+    encode = model.signatures["encode_ids"]
+    seconds = []
+    for index in range(3 + calls):
+        start = time.perf_counter()
+        encode(**feed)
+        if index >= 3:
+            seconds.append(time.perf_counter() - start)
+    return 1000 * float(np.median(seconds))
+
+
+# ---------------------------------------------------------------------------------- Model Garden
+# Peer baseline for `make bench`: TF Model Garden's ElectraPretrainer, one full train step.
+#
+# Same shapes and step as the peer harness the project was asked to beat (ELECTRA-Small:
+# discriminator 12 x 256 with 4 heads and FFN 1024, generator 12 x 64 with 1 head and FFN 256,
+# embedding width 128, vocab 30522; Model Garden's legacy AdamWeightDecay; MLM + 50 x RTD loss;
+# global-norm clipping). Model Garden is only a benchmark peer here: the project never imports it.
+#
+# `build_peer_step(batch, seq, jit, vocab)` returns `(step_fn, inputs)`; the bench worker times
+# `step_fn(inputs)`.
 
 
 def main(argv: list[str] | None = None) -> int:
