@@ -252,6 +252,9 @@ def test_report_only_redraws_finished_runs_without_the_original(tmp_path, capsys
     assert json.loads(out.read_text())["verdict"].startswith("CURVES OK")
     with pytest.raises(SystemExit, match="no project run under greedy_sampling among the runs"):
         curves.main([*argv, "--also-mutation", "greedy_sampling"])
+    # A report written into the runs folder is not read as a run the next time.
+    inside = [*argv[:-1], str(runs / "curves.json")]
+    assert curves.main(inside) == 0 and curves.main(inside) == 0
 
 
 # ---------------------------------------------------------------------------- the real thing

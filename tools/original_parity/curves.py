@@ -192,7 +192,10 @@ def load_runs(runs_dir: str) -> list[dict]:
     for name in sorted(os.listdir(runs_dir)):
         if name.endswith(".json"):
             with open(os.path.join(runs_dir, name), encoding="utf-8") as f:
-                runs.append(json.load(f))
+                run = json.load(f)
+            # Other JSON there (the report, when --json points into --runs-dir) is not a run.
+            if isinstance(run, dict) and {"side", "steps", "values"} <= run.keys():
+                runs.append(run)
     if not runs:
         raise SystemExit(f"ERROR: no run results (*.json) in {runs_dir}")
     points = min(len(r["steps"]) for r in runs)
