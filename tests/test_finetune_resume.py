@@ -12,7 +12,8 @@ import pytest
 from helpers_pretrain_cli import ROOT, checkpoint_values, cli_env
 
 WORDS = "the a good bad movie film great awful fun boring plot is cat dog said was".split()
-# 240 pairs, doubled (MRPC's train set is read both ways round): 60 steps an epoch at batch 8.
+# 480 pairs, doubled (MRPC's train set is read both ways round): 120 steps an epoch at batch
+# 8, so that a stop sent at step 38 lands mid-epoch however late the test reads the line.
 HPARAMS = {
     "model_hparam_overrides": {
         "hidden_size": 16,
@@ -36,7 +37,7 @@ HPARAMS = {
     "intra_op_threads": 1,
     "inter_op_threads": 1,
 }
-TOTAL_STEPS = 120
+TOTAL_STEPS = 240
 
 
 def write_data(root):
@@ -57,7 +58,7 @@ def write_data(root):
             lines.append(f"{y}\t{i}\t{i + 1000}\t{a}\t{b}")
         return "\n".join(lines) + "\n"
 
-    (mrpc / "train.tsv").write_text(rows(240))
+    (mrpc / "train.tsv").write_text(rows(480))
     (mrpc / "dev.tsv").write_text(rows(40))
     return root
 
@@ -133,7 +134,7 @@ def assert_same_trial(data_dir, straight):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill9"])
 def test_a_trial_stopped_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path, straight, signum):
     data_dir = write_data(tmp_path)
-    out, err = stop_at(start(data_dir), 38, signum)  # in the first epoch (60 steps)
+    out, err = stop_at(start(data_dir), 38, signum)  # in the first epoch (120 steps)
     if signum == signal.SIGTERM:
         assert "stopped (SIGTERM)" in err and "Run the same command again" in err, err[-2000:]
         assert "overwrite" not in err
@@ -141,8 +142,10 @@ def test_a_trial_stopped_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path
     out = run(data_dir)  # the same command
     resumed_from = int(out.split("(step ")[1].split(")")[0])
     # SIGTERM saves at the step reached; kill -9 leaves the last periodic checkpoint.
-    assert 38 <= resumed_from < 60 if signum == signal.SIGTERM else resumed_from % 7 == 0
-    assert resumed_from >= 35
+    if signum == signal.SIGTERM:
+        assert 38 <= resumed_from < 120, resumed_from
+    else:  # a periodic checkpoint (every 7 steps; 120: the epoch's end)
+        assert 35 <= resumed_from < 120 and resumed_from % 7 == 0, resumed_from
     assert f"step {resumed_from}/" not in out and f"step {TOTAL_STEPS}/" in out
     assert_same_trial(data_dir, straight)
     run_info = results(data_dir)["runs"][0]
