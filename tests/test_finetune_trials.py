@@ -178,3 +178,37 @@ def test_the_default_evaluates_at_the_end_and_keeps_no_best(data_dir, capsys):
 def test_metric_for_best_needs_evaluations_during_training(data_dir, capsys):
     assert run_cli(data_dir, {**TINY, "metric_for_best": "accuracy"}) == 2
     assert "set eval_every_steps or eval_each_epoch" in capsys.readouterr().err
+
+
+class _StopInTrialTwo(_StopAfter):
+    """A SIGINT once 12 + 4 steps have run in all (trial 1's 12, then 4 of trial 2's)."""
+
+    total = 0
+
+    @property
+    def signum(self):
+        _StopInTrialTwo.total += 1
+        return 2 if _StopInTrialTwo.total > 16 else None
+
+
+def test_a_stopped_multi_trial_run_keeps_finished_trials_and_resumes_the_next(
+    data_dir, monkeypatch, capsys
+):
+    hparams = {**TINY, "init_checkpoint": None, "num_train_epochs": 4, "num_trials": 2}
+    monkeypatch.setattr(finetuning_train, "StopRequest", _StopInTrialTwo)
+    assert run_cli(data_dir, hparams) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    trial_one = (_trial_dir(data_dir, 1) / "checkpoint").stat().st_mtime_ns
+    assert run_cli(data_dir, hparams) == 0
+    out = capsys.readouterr().out
+    assert "Trial 1 was finished: kept" in out and "sst_model_1 from" not in out, out
+    assert "sst_model_2 from ckpt-4 (step 4)" in out, out
+    assert (_trial_dir(data_dir, 1) / "checkpoint").stat().st_mtime_ns == trial_one
+    results = json.loads(
+        (data_dir / "models" / "tiny" / "results" / "sst_results.json").read_text()
+    )
+    assert len(results["trials"]) == 2
+    assert [r["resumed_from_step"] for r in results["runs"]] == [None, 4]
+    text = (data_dir / "models" / "tiny" / "results" / "sst_results.txt").read_text()
+    assert "trial 2 resumed from step 4" in text and "trial 1 resumed" not in text
