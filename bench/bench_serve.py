@@ -70,7 +70,7 @@ import sys
 import tempfile
 
 from bench import machine
-from bench.harness import checkout_revision, default_peer_python, harness_command, run_peer, timed
+from bench.machine import checkout_revision, default_peer_python, harness_command, run_peer, timed
 from bench.serve_table import (
     EXPORT_VIA_OPENVINO,
     SESSION,

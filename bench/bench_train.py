@@ -17,7 +17,8 @@ Garden fp32 (`parallel2`, not in the default list: `parallel_micro_batches` 2 wi
 (1, 2), whatever the machine). `--baseline DIR` adds a row
 `baseline`: the default configuration with the `electra_tf` package of another checkout (e.g. a
 `git worktree` of an earlier commit), timed by this checkout's harness in the same rounds, for
-before/after figures of a change. `--batch 128 --configs default
+before/after figures of a change. `finetune-run`, `pretrain-run`: a whole command beside its
+step (bench/whole_run.py; `--run-steps N`: a shorter pre-training run). `--batch 128 --configs default
 --skip-peer` gives the peak memory of the small preset at batch 128.
 """
 
@@ -36,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from bench.harness import (
+from bench.machine import (
     PEER_TORCH,
     checkout_revision,
     default_peer_python,
@@ -79,6 +80,13 @@ def _set_threads(intra: int, inter: int) -> None:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     settings = CONFIGS[args.worker]
+    if settings["kind"] in ("finetune-run", "pretrain-run"):
+        # A whole command, before TensorFlow is imported here: the run sets its own thread
+        # pools, and the pre-training run's start-up counts the imports it pays.
+        from bench.whole_run import whole_run
+
+        record = whole_run(settings, args)
+        return {"config": args.worker, **record, "peak_rss_mib": _peak_rss_mib()}
     _set_threads(*settings.get("threads", (args.intra, args.inter)))
     start = time.perf_counter()
     if settings["kind"] == "peer":
@@ -107,18 +115,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             settings.get("precision", "float32"),
             task="squad" if settings["task"] == "squad" else "sst",
         )
-    elif settings["kind"] == "finetune-run":
-        from bench.project_step import run_whole_finetuning
-
-        sizes = (settings["examples"], settings["dev"])
-        run = run_whole_finetuning(
-            args.batch,
-            args.seq,
-            *sizes,
-            user_csv=settings.get("csv", False),
-            hparams=settings.get("hparams"),
-        )
-        return {"config": args.worker, **run, "peak_rss_mib": _peak_rss_mib()}
     else:
         raise ValueError(f"unknown worker kind {settings['kind']!r}")
     build_seconds = time.perf_counter() - start
@@ -165,6 +161,7 @@ def run_child(
         f"--intra={args.intra}",
         f"--inter={args.inter}",
         f"--hparams={args.hparams}",
+        f"--run-steps={args.run_steps}",
     ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -237,6 +234,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=6, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
+    parser.add_argument(
+        "--run-steps", type=int, default=0, help="steps of a whole pre-training run (0: its 300)"
+    )
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help=f"of {sorted(CONFIGS)}")
     parser.add_argument("--skip-peer", action="store_true", help="no Model Garden row")
     parser.add_argument(
@@ -276,6 +276,9 @@ def row_names(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         if name not in CONFIGS:
             parser.error(f"--configs: unknown configuration {name!r}; known: {sorted(CONFIGS)}")
     notes = []
+    for name in list(names):  # a whole run brings the step it is set beside
+        step = CONFIGS[name].get("step")
+        names += [step] if step and step not in names else []
     if args.skip_peer:
         names = [n for n in names if CONFIGS[n]["kind"] != "peer"]
     elif PEER not in names and any(task_of(n) == "pretrain" for n in names):

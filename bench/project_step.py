@@ -10,18 +10,16 @@ command builds it:
   it for one trial (below).
 - `build_peer_step`: Model Garden's `ElectraPretrainer` of the same shapes, a benchmark peer
   only (below).
+
+The whole commands set beside these steps (the `*-run` rows) are in bench/whole_run.py.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import csv
-import json
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +29,6 @@ import tf_keras as keras
 
 from electra_tf.config import pretraining_config
 from electra_tf.runs import pretraining_model
-from electra_tf.runtime.atomic_io import write_json
 from electra_tf.runtime.device_defaults import probe_machine
 
 CLS_ID, SEP_ID = 101, 102  # BERT uncased ids; the masking excludes them from the positions
@@ -222,115 +219,6 @@ def build_finetune_step(
 
     params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     return run_step, params, resolved_layout(config, False)
-
-
-def write_run_data(data_dir: str, seq: int, examples: int, dev: int, user_csv: bool) -> str:
-    """The whole run's vocabulary and synthetic task under `data_dir`; returns the task's name
-    (`run_whole_finetuning`)."""
-    write_bench_vocab(data_dir, 30522)
-    task = "mine" if user_csv else "sst"
-    task_dir = os.path.join(data_dir, "finetuning_data", task)
-    os.makedirs(task_dir)
-    rng = np.random.default_rng(0)
-    for split, count in (("train", examples), ("dev", dev)):
-        # seq - 2 one-token words: every sentence fills max_seq_length with [CLS] and [SEP].
-        words = rng.integers(1000, 30000, size=(count, seq - 2))
-        rows = [["sentence", "label"]] + [
-            [" ".join(f"w{w}" for w in row), str(i % 2)] for i, row in enumerate(words)
-        ]
-        dialect = {"quoting": csv.QUOTE_ALL} if user_csv else {"dialect": "excel-tab"}
-        path = os.path.join(task_dir, f"{split}.{'csv' if user_csv else 'tsv'}")
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f, lineterminator="\r\n" if user_csv else "\n", **dialect).writerows(rows)
-    if user_csv:  # found by `--tasks mine`
-        spec = dict(kind="classification", train="train.csv", dev="dev.csv", text="sentence")
-        write_json(os.path.join(task_dir, "task.json"), spec)
-    return task
-
-
-def run_whole_finetuning(
-    batch: int,
-    seq: int,
-    examples: int,
-    dev: int,
-    epochs: int = 3,
-    user_csv: bool = False,
-    hparams: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """`python -m electra_tf.finetune` end to end (in this process, from its start: tokenizing,
-    every epoch, the checkpoint, evaluation, the results) on a synthetic SST-2-format task of
-    `examples` full-length train sentences and `dev` dev sentences (`user_csv`: as a user's
-    quoted CSV task with its task.json), ELECTRA-Small randomly initialised, float32; a bench
-    record of its training tokens/s over the whole run ("step_s": seconds per training step)
-    and of its training checkpoints ("ckpt_ms": the median save, "ckpt_count"). `hparams`:
-    settings over the run's (e.g. `save_checkpoints_steps`)."""
-    from bench.serving_graph import time_task_export
-    from electra_tf.cli import finetune
-    from electra_tf.runtime.tf_startup import start_tensorflow
-
-    data_dir = tempfile.mkdtemp(prefix="electra-bench-finetune-run-")
-    atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
-    task = write_run_data(data_dir, seq, examples, dev, user_csv)
-    hparams = {"model_size": "small", "init_checkpoint": "", "max_seq_length": seq,
-               "train_batch_size": batch, "num_train_epochs": epochs, "num_trials": 1,
-               **(hparams or {})}  # fmt: skip
-    argv = ["--data-dir", data_dir, "--model-name", "bench", "--tasks", task]
-    # The thread pools `python -m electra_tf.finetune` sets as a program (main, called with
-    # argv, leaves this process's alone).
-    start_tensorflow(*finetune.layout_threads(json.dumps(hparams)))
-    with timed_run() as (predict_seconds, checkpoint_seconds):
-        start = time.perf_counter()
-        if finetune.main([*argv, "--hparams", json.dumps(hparams)]):
-            raise RuntimeError("the fine-tuning run failed (its output is above)")
-        wall = time.perf_counter() - start
-    steps = -(-examples // batch) * epochs  # the train split padded to whole batches
-    # Evaluation's batches after the first (which traces), against the serving export of the
-    # same model at the same batch, both in this process's thread pools (the run's layout).
-    eval_ms = 1000 * float(np.median(predict_seconds[1:] or predict_seconds))
-    export_ms = time_task_export(data_dir, batch, seq, task)  # bench/serving_graph.py
-    return {"params": 0, "step_s": wall / steps, "tokens_per_s": steps * batch * seq / wall,
-            "shape": [batch, seq], "build_s": 0.0, "precision": "float32", "jit_compile": False,
-            "eval_ms": eval_ms, "export_ms": export_ms,
-            "ckpt_ms": 1000 * float(np.median(checkpoint_seconds or [0.0])),
-            "ckpt_count": len(checkpoint_seconds)}  # fmt: skip
-
-
-@contextlib.contextmanager
-def timed_run():
-    """The seconds of every prediction call (`ModelRunner._predict`: one evaluation batch) and
-    of every training checkpoint (`TrainingCheckpoints.save` of a state with an optimizer, not
-    the final weights or the best model) of the runs made inside: (predictions, checkpoints)."""
-    from electra_tf.checkpoints.training_state import TrainingCheckpoints
-    from electra_tf.runs.finetuning import ModelRunner
-
-    predictions: list[float] = []
-    saves: list[float] = []
-    init, save = ModelRunner.__init__, TrainingCheckpoints.save
-
-    def timing_init(runner, *args, **kwargs):
-        init(runner, *args, **kwargs)
-        predict = runner._predict
-
-        def timed(features):
-            start = time.perf_counter()
-            outputs = predict(features)
-            predictions.append(time.perf_counter() - start)
-            return outputs
-
-        runner._predict = timed
-
-    def timing_save(checkpoints, step):
-        start = time.perf_counter()
-        path = save(checkpoints, step)
-        if getattr(checkpoints.checkpoint, "optimizer", None) is not None:
-            saves.append(time.perf_counter() - start)
-        return path
-
-    ModelRunner.__init__, TrainingCheckpoints.save = timing_init, timing_save
-    try:
-        yield predictions, saves
-    finally:
-        ModelRunner.__init__, TrainingCheckpoints.save = init, save
 
 
 def build_peer_step(

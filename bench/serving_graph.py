@@ -22,7 +22,7 @@ checkout's root would import this checkout's electra_tf first). `TF_ENABLE_ONEDN
 what a TensorFlow without oneDNN runs.
 
 `time_task_export` times a fine-tuned task's export the same way it is served (the
-`finetune-run` rows of `make bench`, `bench/project_step.run_whole_finetuning`).
+`finetune-run` rows of `make bench`, `bench/whole_run.run_whole_finetuning`).
 """
 
 from __future__ import annotations

@@ -45,12 +45,19 @@ CONFIGS: dict[str, dict] = {
     # `python -m electra_tf.finetune` end to end (tokenizing, 3 epochs, checkpoint, evaluation,
     # results) on an MRPC-sized synthetic task: the whole run's training tokens/s, to set
     # beside the step's (`finetune`). Not in the default list: five minutes on 2 cores.
-    "finetune-run": {"kind": "finetune-run", "task": "finetune", "examples": 3668, "dev": 408},
+    "finetune-run": {
+        "kind": "finetune-run",
+        "task": "finetune",
+        "step": "finetune",
+        "examples": 3668,
+        "dev": 408,
+    },
     # The same run on the same sentences as a user's CSV task (quoted fields, a task file):
     # reading by column name, the label set from the file, the checks before the first step.
     "finetune-run-csv": {
         "kind": "finetune-run",
         "task": "finetune",
+        "step": "finetune",
         "examples": 3668,
         "dev": 408,
         "csv": True,
@@ -60,9 +67,21 @@ CONFIGS: dict[str, dict] = {
     "finetune-run-ckpt": {
         "kind": "finetune-run",
         "task": "finetune",
+        "step": "finetune",
         "examples": 3668,
         "dev": 408,
         "hparams": {"save_checkpoints_steps": 50},
+    },
+    # `python -m electra_tf.pretrain --preset small` end to end (bench/whole_run.py): 300 steps
+    # on synthetic TFRecords, a checkpoint every 100, a progress line every 10; its tokens/s
+    # over the whole run against the `default` step's, and its phases (start-up, first trace,
+    # input, checkpoints, metrics and logging). Not in the default list: six minutes on 2 cores.
+    "pretrain-run": {
+        "kind": "pretrain-run",
+        "step": "default",
+        "steps": 300,
+        "checkpoints": 3,
+        "log_every": 10,
     },
     # SQuAD's fine-tuning step at its length ("seq": these rows run at 384 whatever --seq says).
     "squad": {"kind": "finetune", "task": "squad", "seq": 384},
@@ -172,11 +191,38 @@ def summarise(
                     mfu=tokens * flops_per_token(task, seq) / (gflops * 1e9) if gflops else None,
                     peak_rss_mib=max(r["peak_rss_mib"] for r in runs),
                 )
-                # A whole run's evaluation and serving export (finetune-run), median of rounds.
-                for key in ("eval_ms", "export_ms", "ckpt_ms", "ckpt_count"):
-                    if all(key in r for r in runs):
-                        row[key] = statistics.median(r[key] for r in runs)
+                row.update(whole_run_medians(runs))
             rows.append(row)
+    return with_step_shares(rows)
+
+
+# A whole run's figures (bench/whole_run.py): evaluation and serving export (finetune-run),
+# checkpoints, the run's steps, its training calls' tokens/s, its phases (pretrain-run).
+WHOLE_RUN_KEYS = ("eval_ms", "export_ms", "ckpt_ms", "ckpt_count", "run_steps", "wall_s",
+                  "steady_tokens_per_s", "input_ms")  # fmt: skip
+
+
+def whole_run_medians(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The medians over rounds of a whole run's figures (`WHOLE_RUN_KEYS`, each phase)."""
+    medians = {
+        key: statistics.median(r[key] for r in runs)
+        for key in WHOLE_RUN_KEYS
+        if all(key in r for r in runs)
+    }
+    if all("phases" in r for r in runs):
+        phases = runs[0]["phases"]
+        medians["phases"] = {k: statistics.median(r["phases"][k] for r in runs) for k in phases}
+    return medians
+
+
+def with_step_shares(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows`, each whole run's with `step_share`: its tokens/s over those of the step it is
+    set beside (its CONFIGS "step") at the same length, where both ran."""
+    for row in rows:
+        step_name = CONFIGS.get(row["config"], {}).get("step")
+        step = [r for r in rows if r["config"] == step_name and r["seq"] == row["seq"]]
+        if step_name and not row["failed"] and step and not step[0]["failed"]:
+            row["step_share"] = row["tokens_per_s"] / step[0]["tokens_per_s"]
     return rows
 
 
@@ -204,11 +250,33 @@ def checkpoint_line(row: dict[str, Any]) -> str:
     )
 
 
+def pretrain_run_line(row: dict[str, Any]) -> str:
+    """A `pretrain-run` row: its share of the step (`step_share`, where the step ran), its
+    training calls' tokens/s, and where the rest of its wall time went (`phases`)."""
+    step_tokens = row["tokens_per_s"] / row["step_share"] if "step_share" in row else None
+    share = "" if step_tokens is None else (
+        f" at {row['step_share']:.0%} of the default step's tokens/s ({row['tokens_per_s']:.0f} "
+        f"against {step_tokens:.0f}); its training calls alone at "
+        f"{row['steady_tokens_per_s'] / step_tokens:.0%}"
+    )  # fmt: skip
+    phases = row["phases"]
+    parts = [f"{name} {seconds:.1f} s" for name, seconds in phases.items() if name != "steps"]
+    return (
+        f"\n{row['config']}: the whole pre-training run ({row['run_steps']:.0f} steps){share}; "
+        f"its {row['wall_s']:.1f} s: steps {phases['steps']:.1f} s, " + ", ".join(parts)
+        + f" (input {row['input_ms']:.1f} ms a batch read alone; {row['ckpt_count']:.0f} "
+        f"checkpoints, {row['ckpt_ms']:.0f} ms each)"
+    )  # fmt: skip
+
+
 def whole_run_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """For a `finetune-run` row: its whole run's tokens/s as a share of the `finetune` step's at
-    the same length (the target is 90% or more)."""
+    the same length (the target is 90% or more); for a `pretrain-run` row, `pretrain_run_line`
+    (the target: 95% of the step or more)."""
     lines = []
     for row in rows:
+        if CONFIGS.get(row["config"], {}).get("kind") == "pretrain-run" and not row["failed"]:
+            lines.append(pretrain_run_line(row))
         step = [r for r in rows if r["config"] == "finetune" and r["seq"] == row["seq"]]
         whole = CONFIGS.get(row["config"], {}).get("kind") == "finetune-run"
         if whole and not row["failed"] and step and not step[0]["failed"]:

@@ -3,6 +3,7 @@ the workers faked (a real worker builds ELECTRA-Small, too slow for the suite; `
 runs them); then one tiny run through the real workers at two sequence lengths."""
 
 import json
+import time
 
 import pytest
 
@@ -13,6 +14,16 @@ TINY = (
     '"num_attention_heads": 2, "intermediate_size": 64}, "embedding_size": 16, '
     '"vocab_size": 1999}'
 )
+
+
+# A pretrain-run worker's whole-run figures (bench/whole_run.py), over `record`'s.
+PRETRAIN_RUN = {
+    "run_steps": 300, "wall_s": 100.0, "steady_tokens_per_s": 495.0, "input_ms": 1.5,
+    "ckpt_count": 3, "ckpt_ms": 400.0, "phases": {
+        "start-up": 3.0, "first trace": 1.5, "input": 0.5, "steps": 93.0, "checkpoints": 1.2,
+        "metrics and logging": 0.5, "evaluation": 0.0, "other": 0.3,
+    },
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -34,6 +45,8 @@ def fake_workers(monkeypatch):
         if extra[0] == "--matmul-worker":
             return {"float32_gflops": 100.0, "bfloat16_gflops": 400.0}
         config = extra[0].split("=", 1)[1]
+        if config == "pretrain-run":
+            return {**record(config, 475.0, False), **PRETRAIN_RUN, "run_steps": args.run_steps}
         # A longer sequence is slower per token; the other checkout is slower.
         tokens = speed[config] * 128 / (seq or 128) * (0.8 if root != bench_train.ROOT else 1.0)
         return record(config, tokens, False)
@@ -152,6 +165,66 @@ def test_the_torch_rows_pass_bf16_and_read_the_precision(monkeypatch, tmp_path):
     assert result["precision"] == "bfloat16" and result["tokens_per_s"] == 32 * 384 / 2.0
     bench_train.run_torch_child("hf-finetune", args, 10, 128, 32)
     assert "--bf16" not in seen[1]
+
+
+def test_the_whole_pretraining_run_brings_its_step_and_says_where_its_time_went(
+    fake_workers, capsys, tmp_path
+):
+    out_json = tmp_path / "bench.json"
+    argv = ["--configs", "pretrain-run", "--rounds", "1", "--no-extras", "--skip-peer"]
+    assert bench_train.main([*argv, "--run-steps", "40", "--json", str(out_json)]) == 0
+    # The step it is set beside (default, 500 tokens/s) runs in the same rounds; --run-steps
+    # reaches the worker (below: on its command line).
+    workers = [c[0] for c in fake_workers if c[0] != "--matmul-worker"]
+    assert workers == ["--worker=pretrain-run", "--worker=default"]
+    out = capsys.readouterr().out
+    assert (
+        "\npretrain-run: the whole pre-training run (40 steps) at 95% of the default step's "
+        "tokens/s (475 against 500); its training calls alone at 99%; its 100.0 s: steps 93.0 s, "
+        "start-up 3.0 s, first trace 1.5 s, input 0.5 s, checkpoints 1.2 s, metrics and logging "
+        "0.5 s, evaluation 0.0 s, other 0.3 s (input 1.5 ms a batch read alone; 3 checkpoints, "
+        "400 ms each)" in out
+    )
+    row = json.loads(out_json.read_text())["summary"]["rows"][0]
+    assert row["config"] == "pretrain-run" and row["step_share"] == pytest.approx(0.95)
+    assert row["phases"] == PRETRAIN_RUN["phases"] and row["wall_s"] == 100.0
+
+
+def test_the_run_steps_reach_the_worker_command(monkeypatch):
+    seen = []
+
+    class Done:
+        returncode, stdout, stderr = 0, bench_train.RESULT_TAG + "{}", ""
+
+    monkeypatch.setattr(bench_train.subprocess, "run", lambda c, **k: seen.append(c) or Done)
+    args = bench_train.parse_args(["--run-steps", "7"])
+    bench_train.run_child(["--worker=pretrain-run"], args, 10)
+    assert "--worker=pretrain-run" in seen[0] and "--run-steps=7" in seen[0]
+
+
+def test_a_tiny_whole_pretraining_run_in_phases(capsys):
+    """The pretrain-run worker itself: `python -m electra_tf.pretrain` of a tiny model for 6
+    steps (--run-steps), a checkpoint every 2; its phases are disjoint (none below 0, their sum
+    the wall time) and its wall time no longer than this test's own clock says."""
+    argv = ["--worker", "pretrain-run", "--batch", "2", "--seq", "24", "--run-steps", "6"]
+    args = bench_train.parse_args([*argv, "--hparams", TINY])
+    started = time.perf_counter()
+    record = bench_train.worker(args)
+    elapsed = time.perf_counter() - started
+    assert "step 6/6" in capsys.readouterr().out  # the command's own last progress line
+    assert record["run_steps"] == 6 and sum(record["call_steps"]) == 6
+    assert record["ckpt_count"] == 3 and record["shape"] == [2, 24]
+    assert record["params"] < 200_000  # the tiny model, not ELECTRA-Small
+    phases = record["phases"]
+    assert list(phases) == [
+        "start-up", "first trace", "input", "steps", "checkpoints", "metrics and logging",
+        "evaluation", "other",
+    ]  # fmt: skip
+    assert min(phases.values()) >= 0, phases
+    assert phases["start-up"] > 0 and phases["first trace"] > 0 and phases["checkpoints"] > 0
+    assert sum(phases.values()) == pytest.approx(record["wall_s"], abs=1e-6)
+    assert record["wall_s"] <= elapsed
+    assert record["tokens_per_s"] == pytest.approx(6 * 2 * 24 / record["wall_s"])
 
 
 def test_unknown_configuration_and_bad_lengths_are_refused(capsys):
