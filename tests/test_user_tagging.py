@@ -194,3 +194,25 @@ def test_bad_conll(data_dir, text, message):
 def test_bad_jsonl(data_dir, text, message):
     with pytest.raises(DataError, match=r"train\.json" + message):
         user_task(data_dir, {"train.jsonl": text}, train="train.jsonl", text="tokens", label="ner")
+
+
+def test_user_tagging_keeps_every_word_that_fits(data_dir):
+    """A user's sentence is cut only when its pieces do not fit (max_seq_length 12 here: [CLS],
+    10 one-piece words, [SEP]); the original's test, which chunk keeps, counts the words left
+    too and would keep only 1 of these 8 words."""
+    words = "john mary smith paris london met in visited".split()
+    sentence = [[(w, "O") for w in words]]
+    task = user_task(data_dir, {"train.txt": conll(sentence)}, train="train.txt", dev="train.txt")
+    (example,) = task.get_examples("train")
+    (features,) = task.featurize(example, is_training=True)
+    assert sum(features["ner_labels_mask"]) == 8
+    assert sum(features["input_mask"]) == 10
+    longer = [[(w, "O") for w in (words + words)[:12]]]
+    task = user_task(data_dir, {"train.txt": conll(longer)}, train="train.txt", dev="train.txt")
+    (features,) = task.featurize(task.get_examples("train")[0], is_training=True)
+    assert sum(features["ner_labels_mask"]) == 10 and sum(features["input_mask"]) == 12
+    assert features["input_ids"][11] == 3  # the closing [SEP]
+    chunk, _ = chunk_task(data_dir, {"train.txt": CHUNK, "dev.txt": CHUNK})
+    object.__setattr__(chunk.config, "max_seq_length", 12)
+    kept = [i for i in range(1, 9) if not chunk.truncates_before(i, 10, i, 1)]
+    assert kept == [1]  # the original's rule, unchanged for chunk

@@ -149,8 +149,7 @@ class TaggingTask(Task):
         input_ids: list[int] = []
         positions: list[int] = []
         for index, pieces in enumerate(words):
-            if len(words) + len(input_ids) + 1 > length:
-                # The original's truncation test (it counts words, not pieces, left to add).
+            if self.truncates_before(index, len(words), len(input_ids), len(pieces)):
                 input_ids.append(self.tokenizer.convert_tokens_to_ids(["[SEP]"])[0])
                 break
             if 0 < index < len(words) - 1:
@@ -172,6 +171,13 @@ class TaggingTask(Task):
                 f"{self.name}_labeled_positions": pad(positions),
             }
         ]
+
+    def truncates_before(self, index: int, n_words: int, n_ids: int, n_pieces: int) -> bool:
+        """Whether the sentence is cut before word `index` of `n_words` ([CLS] and [SEP]
+        counted), `n_ids` ids written so far and `n_pieces` the word's pieces. The original's
+        test counts the words left, not their pieces: a sentence of n one-piece words is whole
+        only while 2n + 4 <= max_seq_length (chunk keeps it, as the original)."""
+        return n_words + n_ids + 1 > self.config.max_seq_length
 
     def feature_specs(self) -> list[FeatureSpec]:
         length = self.config.max_seq_length

@@ -160,6 +160,12 @@ class UserTaggingTask(TaggingTask):
 
     segment_id = 0
 
+    def truncates_before(self, index: int, n_words: int, n_ids: int, n_pieces: int) -> bool:
+        """A word is kept while its pieces and the closing [SEP] fit (not the original's test,
+        which cuts a sentence of n one-piece words past n = (max_seq_length - 4) / 2)."""
+        last = index == n_words - 1  # the closing [SEP], whose room every word leaves
+        return not last and n_ids + n_pieces + 1 > self.config.max_seq_length
+
     def __init__(
         self,
         config: FinetuningConfig,
