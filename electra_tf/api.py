@@ -29,8 +29,16 @@ PUBLIC: dict[str, tuple[str, str]] = {
     "DiscriminatorHead": ("electra_tf.modeling.heads", "DiscriminatorHead"),
     "ElectraDiscriminator": ("electra_tf.modeling.discriminator", "ElectraDiscriminator"),
     "ElectraPretrainer": ("electra_tf.pretraining.pretrainer", "ElectraPretrainer"),
-    "ElectraClassifier": ("electra_tf.finetuning.model", "ElectraClassifier"),
     "FinetuningModel": ("electra_tf.finetuning.model", "FinetuningModel"),
+    # Keras models on raw text, from any pre-trained home (`from_pretrained`).
+    "ElectraPreprocessor": ("electra_tf.finetuning.keras_models", "ElectraPreprocessor"),
+    "ElectraTaggingPreprocessor": (
+        "electra_tf.finetuning.keras_models",
+        "ElectraTaggingPreprocessor",
+    ),
+    "ElectraEncoder": ("electra_tf.finetuning.keras_models", "ElectraEncoder"),
+    "ElectraClassifier": ("electra_tf.finetuning.keras_models", "ElectraClassifier"),
+    "ElectraTagger": ("electra_tf.finetuning.keras_models", "ElectraTagger"),
     # Optimisation.
     "AdamWeightDecay": ("electra_tf.optimization", "AdamWeightDecay"),
     "create_optimizer": ("electra_tf.optimization", "create_optimizer"),

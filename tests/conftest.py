@@ -47,6 +47,7 @@ LONGEST_FIRST = (
     "test_export_models.py",
     "test_export.py",
     "test_api.py",
+    "test_keras_models.py",  # ~90: two fits on raw text, three exports
     "test_electric_training.py",
 )
 

@@ -44,6 +44,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("modeling", ("modeling",)),
     ("stages", ("pretraining", "finetuning")),
     ("checkpoints and serving", ("checkpoints", "serving")),
+    # The Keras models a user fits: `from_pretrained` reads every weight format, and they tell
+    # `save_for_serving` how they serve (`serving.module.ServingHead`), unimported by serving.
+    ("Keras task models", ("finetuning.keras_models",)),
     ("runs", ("runs",)),
     (
         "commands and API",

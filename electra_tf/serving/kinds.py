@@ -16,7 +16,7 @@ from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
 from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.pretraining.electric_scoring import score_features
 from electra_tf.serving.featurizer import TextFeaturizer
-from electra_tf.serving.module import ServingModule
+from electra_tf.serving.module import ServingHead, ServingModule
 from electra_tf.serving.precision import (
     bfloat16_twin,
     check_precision,
@@ -24,6 +24,9 @@ from electra_tf.serving.precision import (
     precision_twin,
 )
 from electra_tf.serving.saved_model import ExportError, ExportSpec, config_json, write_export
+
+# The kind of a model that says itself how it serves (`ServingHead`).
+SERVING_HEAD = "serving_head"
 
 
 @functools.lru_cache(maxsize=4)
@@ -52,8 +55,8 @@ def serving_module(
     Args:
         kind: "discriminator" (an `ElectraDiscriminator`), "electric" (the
             `ElectraDiscriminator` of an Electric model: energies, scored as log-likelihoods),
-            "encoder" (a `TransformerEncoder`) or "task" (a `FinetuningModel`; `task` the
-            exported one of its `all_tasks`, default `[task]`).
+            "encoder" (a `TransformerEncoder`), "task" (a `FinetuningModel`; `task` the
+            exported one of its `all_tasks`, default `[task]`), "serving_head" (`ServingHead`).
         vocab_file: the model's vocabulary (tokenized in the graph with `GraphTokenizer`).
         max_seq_length: inputs are truncated to this many tokens.
         jit_compile: compile the model's forward pass with XLA (`ServingModule`).
@@ -88,10 +91,24 @@ def serving_module(
             return score_features(discriminator, features, **special)
 
         return module(electric_scores, model, featurizer, tokens, kind)
+    if kind == SERVING_HEAD:
+        return _head_module(model, tokenizer, vocab, tokens, max_seq_length, module)
     if kind != "task":
-        raise ValueError(f"kind {kind!r} is not discriminator, electric, encoder or task")
+        raise ValueError(f"kind {kind!r}: not discriminator/electric/encoder/task/{SERVING_HEAD}")
     tasks = all_tasks or [task]
     return _task_module(model, task, tasks, tokenizer, vocab, tokens, max_seq_length, module)
+
+
+def _head_module(model, tokenizer, vocab, tokens, max_seq_length, module) -> ServingModule:
+    """The `ServingModule` of a model that says how it serves (`model.serving_head()`)."""
+    head: ServingHead = model.serving_head()
+    featurizer = TextFeaturizer(
+        tokenizer, vocab, max_seq_length, single_segment_id=head.single_segment_id
+    )
+    return module(
+        head.predict, model, featurizer, tokens, head.kind, head.pair,
+        label_names=head.label_names,
+    )  # fmt: skip
 
 
 def _inference(model: Any, features: dict[str, tf.Tensor], options: InferenceOptions):
@@ -180,6 +197,8 @@ def check_length(max_seq_length: int, model_config: ModelConfig) -> None:
 
 def _kind_of(model: Any, task: Any, electric: bool) -> str:
     """The export kind of `save_for_serving`'s `model` (with its `task`, if any)."""
+    if callable(getattr(model, "serving_head", None)):
+        return SERVING_HEAD
     if isinstance(model, ElectraDiscriminator):
         return "electric" if electric else "discriminator"
     if isinstance(model, TransformerEncoder):
@@ -187,8 +206,9 @@ def _kind_of(model: Any, task: Any, electric: bool) -> str:
     if task is not None:
         return "task"
     raise ValueError(
-        f"{type(model).__name__}: expected ElectraDiscriminator, TransformerEncoder or a "
-        "FinetuningModel with its task"
+        f"{type(model).__name__}: expected ElectraDiscriminator, TransformerEncoder, a "
+        "FinetuningModel with its task, or a model with serving_head() (ElectraClassifier, "
+        "ElectraTagger, ElectraEncoder)"
     )
 
 
@@ -203,17 +223,50 @@ def _as_exported(model: Any, precision: str) -> Any:
     return model
 
 
+def _text_settings(model: Any, **given: Any) -> dict[str, Any]:
+    """`vocab_file`, `max_seq_length`, `do_lower_case`, `strip_accents`: as given, else the
+    model's own (`model.text_settings()`: a Keras model's preprocessor), else lower-cased with
+    accents stripped; the vocabulary and the length have no default."""
+    own = model.text_settings() if callable(getattr(model, "text_settings", None)) else {}
+    settings = {"do_lower_case": True, "strip_accents": True, **own}
+    settings.update({key: value for key, value in given.items() if value is not None})
+    missing = [key for key in ("vocab_file", "max_seq_length") if settings.get(key) is None]
+    if missing:
+        raise ExportError(
+            f"{type(model).__name__}: pass {' and '.join(missing)} (the model has no "
+            "preprocessor that knows them)"
+        )
+    return settings
+
+
+def _export_info(
+    model: Any, kind: str, model_config: ModelConfig, settings: dict, precision: str, task: Any
+) -> dict[str, Any]:
+    """What export.json records beside the module's own: the length, the encoder config, the
+    precision, the task's name, and the label names of a model that serves with them."""
+    info = {
+        "max_seq_length": settings["max_seq_length"],
+        "model_config": model_config.to_dict(),
+        "precision": precision,
+    }
+    if task is not None:
+        info["task"] = task.name
+    if kind == SERVING_HEAD and model.serving_head().label_names:
+        info["labels"] = list(model.serving_head().label_names)
+    return info
+
+
 def save_for_serving(
     model: Any,
     output_dir: str,
-    vocab_file: str,
-    max_seq_length: int,
+    vocab_file: str | None = None,
+    max_seq_length: int | None = None,
     name: str = "electra",
     version: int | None = None,
     overwrite: bool = False,
     config: Any = None,
-    do_lower_case: bool = True,
-    strip_accents: bool = True,
+    do_lower_case: bool | None = None,
+    strip_accents: bool | None = None,
     task: Any = None,
     electric: bool | None = None,
     jit_compile: bool = False,
@@ -223,10 +276,12 @@ def save_for_serving(
     """Writes `model` as a TF Serving SavedModel, `<output_dir>/<name>/<version>/`; returns it.
 
     Args:
-        model: an `ElectraDiscriminator`, a `TransformerEncoder`, or a one-task
-            `FinetuningModel` (then `task` is its `Task`).
-        vocab_file: the vocabulary the model was trained with (copied into the assets).
-        max_seq_length: longer inputs are truncated to this many tokens.
+        model: an `ElectraDiscriminator`, a `TransformerEncoder`, a one-task
+            `FinetuningModel` (then `task` is its `Task`), or a model with `serving_head()`
+            (`ElectraClassifier`, `ElectraTagger`, `ElectraEncoder`: the user's labels out).
+        vocab_file, max_seq_length, do_lower_case, strip_accents: the vocabulary the model was
+            trained with (copied into the assets), the length inputs are cut to, the casing;
+            None: the model's preprocessor's (`_text_settings`).
         version: None -> one past the highest existing version.
         overwrite: replace an existing version.
         config: the config saved as `assets/config.json` (default: the model's ModelConfig).
@@ -243,22 +298,20 @@ def save_for_serving(
     if electric is None:
         electric = bool(getattr(config, "electric_objective", False))
     kind = _kind_of(model, task, electric)
+    text = _text_settings(
+        model, vocab_file=vocab_file, max_seq_length=max_seq_length,
+        do_lower_case=do_lower_case, strip_accents=strip_accents,
+    )  # fmt: skip
     model_config = getattr(model, "config", None) or getattr(model, "model_config", None)
-    check_length(max_seq_length, model_config)
+    check_length(text["max_seq_length"], model_config)
+    info = _export_info(model, kind, model_config, text, precision, task)
     model = _as_exported(model, precision)
     module = serving_module(
-        kind, model, vocab_file, max_seq_length, do_lower_case, strip_accents, task,
-        jit_compile=jit_compile, query_blocks=query_blocks,
+        kind, model, text["vocab_file"], text["max_seq_length"], text["do_lower_case"],
+        text["strip_accents"], task, jit_compile=jit_compile, query_blocks=query_blocks,
         constant_kernels=precision == "bfloat16",
     )  # fmt: skip
-    info = {
-        "max_seq_length": max_seq_length,
-        "model_config": model_config.to_dict(),
-        "precision": precision,
-    }
-    if task is not None:
-        info["task"] = task.name
     spec = ExportSpec(
-        module.kind, name, module, config_json(config or model_config), vocab_file, info
+        module.kind, name, module, config_json(config or model_config), text["vocab_file"], info
     )
     return write_export(spec, output_dir, version, overwrite)

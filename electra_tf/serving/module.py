@@ -47,6 +47,7 @@ the README's serving section).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
@@ -62,6 +63,24 @@ KINDS = ("discriminator", "electric", "encoder", "classification", "regression",
 RawOutputs = dict[str, tf.Tensor]
 # The model's forward pass: features (int [B, L] ids) and the encoder's options -> raw outputs.
 Predict = Callable[[dict[str, tf.Tensor], InferenceOptions], RawOutputs]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingHead:
+    """What a model held in Python exports as, told by the model itself: `save_for_serving`
+    exports any model with a `serving_head()` method returning one (the Keras models of
+    `electra_tf.finetuning.keras_models`), whatever its class.
+
+    `kind`: the `ServingModule` kind (one of KINDS); `predict`: its forward pass; `pair`,
+    `label_names`: as `ServingModule`'s; `single_segment_id`: the featurizer's
+    (`pack_features`; 1 for the original's tagging features).
+    """
+
+    kind: str
+    predict: Predict
+    pair: bool = False
+    label_names: tuple[str, ...] | None = None
+    single_segment_id: int = 0
 
 
 def _ids_spec() -> dict[str, tf.TensorSpec]:

@@ -119,13 +119,16 @@ def precision_twin(model: Any, build: Callable[[], Any], policy: str) -> Any:
 
 
 def model_twin_builder(model: Any, precision: str = "bfloat16") -> Callable[[], Any]:
-    """How to build a new model like `model` (an `ElectraDiscriminator` or a
-    `TransformerEncoder`), its variables created: for `save_for_serving`, which gets a model
-    held in Python. A `FinetuningModel` needs its tasks' feature specs: the export command
+    """How to build a new model like `model` (an `ElectraDiscriminator`, a
+    `TransformerEncoder`, or a model with its own `build_twin()`, the Keras models of
+    `finetuning.keras_models`), its variables created: for `save_for_serving`, which gets a
+    model held in Python. A `FinetuningModel` needs its tasks' feature specs: the export command
     builds its twin (`sources.task_spec`). `precision`: the export's, for the errors."""
     from electra_tf.modeling import ElectraDiscriminator, TransformerEncoder
     from electra_tf.modeling.discriminator import dummy_inputs
 
+    if callable(getattr(model, "build_twin", None)):  # a model that builds its own twin
+        return model.build_twin
     if isinstance(model, ElectraDiscriminator):
 
         def discriminator():
