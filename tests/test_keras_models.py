@@ -84,18 +84,21 @@ def _command_words(task_class, words, tags, length):
 )
 def test_word_features_equal_the_commands(length, command):
     # Words of several pieces, punctuation inside a word ("U.S." is 4 tokens, its first
-    # labelled), the original's truncation (it counts the words left against the ids: at 12,
-    # a long sentence keeps fewer words than fit), a sentence of more words than the length
-    # allows ([SEP] alone, as the command), and the command's labels at the first sub-tokens.
-    # Segment ids: 0 as the command's tagging of a user's data, 1 as the original's chunking.
+    # labelled), a sentence of more words than the length allows, and the command's labels at
+    # the first sub-tokens. A user's data: segment 0, a word kept while its pieces fit (a word
+    # of more pieces than the room left ends the sentence). The original's chunking: segment 1,
+    # its truncation counting the words left against the ids (at 12, a long sentence keeps
+    # fewer words than fit; too many words leave [SEP] alone).
     sentences = [s.split() for s in SENTENCES[:30]] + [
         ["The", "U.S.", "envoy", "met", "Smith-Jones", "in", "Zürich"],
         ["word"] * (length - 2),
         [],
     ]
-    segment_id = command.segment_id
+    if command is UserTaggingTask:  # the original's rule lets such a word overflow: no case
+        sentences.append(["a", "Pneumonoultramicroscopicsilicovolcanoconiosis", "b", "c"])
+    truncation = "original" if command is TaggingTask else "fit"
     preprocessor = electra_tf.ElectraTaggingPreprocessor(
-        VOCAB, length, tags=TAGS, segment_id=segment_id
+        VOCAB, length, tags=TAGS, segment_id=command.segment_id, truncation=truncation
     )
     tag_ids = [[(i * 7 + j) % len(TAGS) for j in range(len(w))] for i, w in enumerate(sentences)]
     tags = tf.ragged.constant([[TAGS[t] for t in row] for row in tag_ids], tf.string)

@@ -2,17 +2,20 @@
 
 `text_features`: one text or a pair, as `finetuning/glue.py`'s `featurize_pair` (the serving
 featurizer's `pack_features`), zero-padded to `max_seq_length`. `word_features`: a sentence as
-words, as `finetuning/tagging.py`'s `TaggingTask.featurize` (the original's tagging features):
-every word tokenized on its own, one segment id on every real token (0 as the command's tagging
-tasks on a user's data, 1 as the original's chunking), only a word's first sub-token labelled,
-and the original's truncation rule, which counts the words of the sentence
-against the ids added so far: word k (0 = [CLS], W + 1 = [SEP]) is added while
-`W + 2 + ids so far + 1 <= max_seq_length`, and a [SEP] ends the ids either way. Without the
-[CLS] (a sentence of more than `max_seq_length - 3` words) the ids are a lone [SEP], as there.
+words, as `finetuning/tagging.py`'s `TaggingTask.featurize`: every word tokenized on its own,
+one segment id on every real token, only a word's first sub-token labelled, [SEP] closing the
+ids whatever was cut. Two settings follow the command's two kinds of tagging task:
 
-One case the command does not survive: a word that alone overflows the sequence (the test
-passes before its pieces are added, so the command's ids outgrow `max_seq_length` and its
-records cannot be written). Here the ids are cut to `max_seq_length - 1` and closed with [SEP].
+- a user's data (`UserTaggingTask`): segment id 0; truncation "fit": a word is kept while its
+  pieces and the closing [SEP] fit.
+- the original's chunking (`TaggingTask`): segment id 1; truncation "original", which counts
+  the words of the sentence against the ids added so far: word k (0 = [CLS], W + 1 = [SEP]) is
+  added while `W + 2 + ids so far + 1 <= max_seq_length` (a sentence of n one-piece words is
+  whole only while 2n + 4 <= max_seq_length). Without the [CLS] (more than
+  `max_seq_length - 3` words) the ids are a lone [SEP], as there. One case the command does
+  not survive: a word that alone overflows the sequence (the test passes before its pieces
+  are added, so the command's ids outgrow `max_seq_length` and its records cannot be
+  written); here the ids are cut to `max_seq_length - 1` and closed with [SEP].
 """
 
 from __future__ import annotations
@@ -49,24 +52,34 @@ def split_words(sentences: tf.Tensor) -> tf.RaggedTensor:
     return tf_text.regex_split(sentences, WHITESPACE)
 
 
+TRUNCATIONS = ("fit", "original")
+
+
 def word_features(
     tokenizer, words: tf.RaggedTensor, max_seq_length: int, cls_id: int, sep_id: int,
-    segment_id: int = 0,
+    segment_id: int = 0, truncation: str = "fit",
 ) -> tuple[dict[str, tf.Tensor], tf.RaggedTensor]:  # fmt: skip
     """Words [B, (W)] -> (features [B, max_seq_length], positions [B, (kept)]): the command's
     tagging features, and the index of each kept word's first sub-token (the words past the
-    truncation have none: `positions.row_lengths()` <= W).
+    truncation have none: `positions.row_lengths()` <= W). `segment_id`, `truncation`: see
+    the module docstring.
 
     `tokenizer.tokenize(string [N]) -> int [N, (pieces)]` (a `GraphTokenizer`).
     """
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation {truncation!r} is not one of {TRUNCATIONS}")
     pieces = tokenizer.tokenize(words.flat_values)  # [N, (pieces)]
     word_ids = tf.RaggedTensor.from_row_splits(pieces, words.row_splits)  # [B, (W), (pieces)]
     counts = tf.cast(word_ids.row_lengths(axis=2), tf.int32)  # [B, (W)]
     num_words = tf.cast(words.row_lengths(), tf.int32)  # [B]
-    limit = max_seq_length - num_words - 3  # [B]: the ids a word may find before it
-    has_cls = limit >= 0  # [B]
     before = tf.math.cumsum(counts, axis=1, exclusive=True) + 1  # [B, (W)]: after [CLS]
-    kept = (before <= limit[:, None]) & has_cls[:, None]  # [B, (W)], a prefix of each row
+    if truncation == "fit":  # the word's pieces and the closing [SEP] fit
+        has_cls = tf.ones_like(num_words, tf.bool)  # [B]
+        kept = before + counts <= max_seq_length - 1  # [B, (W)], a prefix of each row
+    else:
+        limit = max_seq_length - num_words - 3  # [B]: the ids a word may find before it
+        has_cls = limit >= 0  # [B]
+        kept = (before <= limit[:, None]) & has_cls[:, None]  # [B, (W)], a prefix
     body = tf.ragged.boolean_mask(word_ids, kept).merge_dims(1, 2)  # [B, (tokens)]
     cls = tf.RaggedTensor.from_row_lengths(
         tf.fill([tf.reduce_sum(tf.cast(has_cls, tf.int32))], cls_id), tf.cast(has_cls, tf.int64)

@@ -252,17 +252,21 @@ class ElectraTagger(ElectraTextModel):
         cls, path: str, tags: Sequence[str] | None = None, num_tags: int | None = None,
         max_seq_length: int = 128, fmt: str = "auto", vocab_file: str | None = None,
         do_lower_case: bool | None = None, dropout: float | None = P.FINETUNING_DROPOUT,
-        dtype: Any = None, segment_id: int = 0, **kwargs: Any,
+        dtype: Any = None, segment_id: int = 0, truncation: str = "fit", **kwargs: Any,
     ) -> ElectraTagger:  # fmt: skip
         """A tagger on the pre-trained model at `path`, its head new; `tags` the tag names
-        (the export's `tag`), `segment_id` the preprocessor's (0: the command's tagging of a
-        user's data; 1: the original's chunking), the rest as
-        `ElectraClassifier.from_pretrained`."""
+        (the export's `tag`), `segment_id` and `truncation` the preprocessor's (0, "fit": the
+        command's tagging of a user's data; 1, "original": the original's chunking), the rest
+        as `ElectraClassifier.from_pretrained`."""
         text = {"vocab_file": vocab_file, "do_lower_case": do_lower_case}
         encoder, settings = _built_from(path, fmt, dtype, dropout, max_seq_length, text)
         names, count = _names(tags, num_tags, None, "tags")
         preprocessor = ElectraTaggingPreprocessor(
-            max_seq_length=max_seq_length, tags=names, segment_id=segment_id, **settings
+            max_seq_length=max_seq_length,
+            tags=names,
+            segment_id=segment_id,
+            truncation=truncation,
+            **settings,
         )
         return cls(encoder, count, tags=names, preprocessor=preprocessor, dtype=dtype, **kwargs)
 

@@ -187,15 +187,16 @@ class ElectraPreprocessor(_Preprocessor):
 
 class ElectraTaggingPreprocessor(_Preprocessor):
     """Sentences as words -> the tagging features of the fine-tuning command (each word
-    tokenized on its own, one segment id on every real token, the original's truncation); each
+    tokenized on its own, one segment id on every real token, a whole word or none); each
     word's tag -> its id at the word's first sub-token, -1 elsewhere (`ignore_class=-1`).
 
     Args:
         vocab_file, max_seq_length, do_lower_case, strip_accents: as `ElectraPreprocessor`.
         tags: the tag names (as the data writes them: BIO, BIOES, IOB1 ... kept as they are); a
             tag's id is its position. None: integer tags only.
-        segment_id: of every real token: 0 as the command's tagging tasks on a user's data
-            (`UserTaggingTask`), 1 as the original's chunking (`TaggingTask`).
+        segment_id, truncation: 0 and "fit" (a word kept while its pieces and the closing
+            [SEP] fit) as the command's tagging tasks on a user's data (`UserTaggingTask`); 1
+            and "original" as the original's chunking (`TaggingTask`; `features.py`).
 
     Inputs `x`: words, string [batch, (words)] (ragged), or sentences, string [batch], split on
     whitespace. `y`: tags of the same shape (ragged), or [batch] strings of space-separated
@@ -211,11 +212,15 @@ class ElectraTaggingPreprocessor(_Preprocessor):
         do_lower_case: bool = True,
         strip_accents: bool = True,
         segment_id: int = 0,
+        truncation: str = "fit",
         **kwargs: Any,
     ):
         super().__init__(vocab_file, max_seq_length, do_lower_case, strip_accents, **kwargs)
+        if truncation not in F.TRUNCATIONS:
+            raise ValueError(f"truncation {truncation!r} is not one of {F.TRUNCATIONS}")
         self.tag_table = _LabelTable(tags, "tags")
         self.segment_id = segment_id
+        self.truncation = truncation
         self.pair = False
 
     @property
@@ -224,7 +229,12 @@ class ElectraTaggingPreprocessor(_Preprocessor):
 
     def get_config(self) -> dict[str, Any]:
         tags = list(self.tags) if self.tags else None
-        return {**super().get_config(), "tags": tags, "segment_id": self.segment_id}
+        return {
+            **super().get_config(),
+            "tags": tags,
+            "segment_id": self.segment_id,
+            "truncation": self.truncation,
+        }
 
     @staticmethod
     def words(x) -> tf.RaggedTensor:
@@ -248,6 +258,7 @@ class ElectraTaggingPreprocessor(_Preprocessor):
             self.vocab["[CLS]"],
             self.vocab["[SEP]"],
             self.segment_id,
+            self.truncation,
         )
 
     def encode(self, x, y=None) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
