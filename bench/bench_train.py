@@ -57,7 +57,7 @@ from bench.train_table import (
     runs_at_length,
     task_of,
 )
-from electra_tf import atomic_io
+from electra_tf.runtime import atomic_io
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

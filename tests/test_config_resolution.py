@@ -27,7 +27,12 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # FinetuningConfig.resolve), the CLI, and nobody else. The pretrain CLI resolves through
 # `pretraining_config`; the finetune CLI resolves the CPU layout from --hparams to set the
 # thread pools before TensorFlow starts (`cli.finetune.layout_threads`).
-RESOLVE_CALLERS = {"config/__init__": 2, "runs/pretraining": 1, "runs/finetuning": 2, "cli/finetune": 1}
+RESOLVE_CALLERS = {
+    "config/__init__": 2,
+    "runs/pretraining": 1,
+    "runs/finetuning": 2,
+    "cli/finetune": 1,
+}
 
 SMALL = {
     "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2},
@@ -75,7 +80,9 @@ def counts(sources) -> dict[str, int]:
 
 
 def test_only_the_runs_and_the_reading_constructor_resolve(counts):
-    assert len(counts) > 100 and counts["config/__init__"] > 0  # the collector sees modules and calls
+    assert (
+        len(counts) > 100 and counts["config/__init__"] > 0
+    )  # the collector sees modules and calls
     assert unexpected_resolve_calls(counts) == []
 
 

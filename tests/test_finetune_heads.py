@@ -9,7 +9,8 @@ import tf_keras as keras
 
 from electra_tf.config import ModelConfig
 from electra_tf.finetuning import heads
-from electra_tf.finetuning.model import ElectraClassifier, FinetuningModel
+from electra_tf.finetuning.keras_models import ElectraClassifier
+from electra_tf.finetuning.model import FinetuningModel
 from electra_tf.finetuning.task import FeatureSpec
 from electra_tf.modeling import TransformerEncoder
 from electra_tf.optimization import layerwise_lr_multipliers

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.finetuning.model import ElectraClassifier
-from electra_tf.model_config import ModelConfig
+from electra_tf.config.model import ModelConfig
+from electra_tf.finetuning.keras_models import ElectraClassifier
 from electra_tf.modeling import TransformerEncoder
 
 CONFIG = ModelConfig(

@@ -63,8 +63,8 @@ def layout_threads(hparams_text: str) -> tuple[int, int]:
     machine; 0 = TensorFlow's default), from `--hparams` alone; (0, 0) where they do not
     parse, which the run then reports."""
     from electra_tf.config import ConfigError, parse_hparams
-    from electra_tf.device_defaults import probe_machine
     from electra_tf.finetuning.config import FinetuningConfig
+    from electra_tf.runtime.device_defaults import probe_machine
 
     keys = ("train_batch_size", "parallel_micro_batches", "intra_op_threads", "inter_op_threads")
     try:
@@ -79,7 +79,7 @@ def layout_threads(hparams_text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     """Runs the command: 0 done, 2 a bad config or init checkpoint, 1 the run failed."""
     args = parse_args(argv)
-    from electra_tf.tf_startup import start_tensorflow
+    from electra_tf.runtime.tf_startup import start_tensorflow
 
     # Before anything imports TensorFlow (its CPU-only start-up noise is dropped). As the
     # program (argv from the command line), with the thread pools the config resolves to: they
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from electra_tf.finetuning.data_check import check_task_data
     from electra_tf.finetuning.task import DataError
     from electra_tf.finetuning.task_spec import with_task_files
-    from electra_tf.run_lock import LockError, RunLock, Terminated, report_stop, sigterm_raises
     from electra_tf.runs.finetuning import prepare_finetuning, run_finetuning
+    from electra_tf.runtime import run_lock
 
     try:
         hparams = parse_hparams(args.hparams)
@@ -109,29 +109,28 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CheckpointError, DataError, VocabError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    failures = (DataError, FileExistsError, FileNotFoundError, CheckpointError)
-    failures += (VocabError,)
+    failures = (DataError, FileExistsError, FileNotFoundError, CheckpointError, VocabError)
     try:
         # One writer per (model, tasks): two runs of the same tasks share model dirs and results.
         # SIGTERM as an exception, so that the lock is released on the way out, as on Ctrl-C.
         with (
-            sigterm_raises(),
-            RunLock(
+            run_lock.sigterm_raises(),
+            run_lock.RunLock(
                 plan.config.resolved_model_dir(),
                 f".finetune-{plan.config.tasks_str}.lock",
                 "model dir",
             ),
         ):
             run_finetuning(plan)
-    except (LockError, ConfigError) as e:  # a setting the data or the model refutes: input
+    except (run_lock.LockError, ConfigError) as e:  # a setting the data or the model refutes: input
         print(f"error: {e}", file=sys.stderr)
         return 2
     except failures as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except (Terminated, KeyboardInterrupt) as stop:
+    except (run_lock.Terminated, KeyboardInterrupt) as stop:
         print(file=sys.stderr)  # off the line the progress (or ^C) left
-        return report_stop(stop, STOPPED)
+        return run_lock.report_stop(stop, STOPPED)
     return 0
 
 

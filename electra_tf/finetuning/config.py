@@ -15,8 +15,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from electra_tf import device_defaults  # pure "auto" answers; no TensorFlow import
-from electra_tf.atomic_io import file_sha1, write_json  # file_sha1: also importable here
 from electra_tf.config import (
     INIT_CHECKPOINT_FORMATS,
     MODEL_SIZES,
@@ -29,9 +27,11 @@ from electra_tf.config import (
     parse_hparams,
     replace_checked,
 )
-from electra_tf.config_checks import check_layout, thread_changes
+from electra_tf.config.checks import check_layout, thread_changes
 from electra_tf.finetuning import task_table
 from electra_tf.finetuning.encoder_sizes import DEBUG_MODEL, size_of_encoder, sized_encoder
+from electra_tf.runtime import device_defaults  # pure "auto" answers; no TensorFlow import
+from electra_tf.runtime.atomic_io import file_sha1, write_json  # file_sha1: also importable here
 
 # Beside every fine-tuned model (one trial's model dir): its config and its encoder's config.
 FINETUNING_CONFIG_FILE = "finetuning_config.json"
@@ -144,7 +144,7 @@ class FinetuningConfig:
     early_stopping_patience: int = 0
     # The dtype policy of the encoder and heads, as pre-training's `precision`: float32 (the
     # original's), mixed_bfloat16, mixed_float16 (with dynamic loss scaling) or "auto",
-    # resolved by resolve(machine) (electra_tf/device_defaults.py: on a CPU mixed_bfloat16
+    # resolved by resolve(machine) (electra_tf/runtime/device_defaults.py: on a CPU mixed_bfloat16
     # where it has bfloat16 units, else float32). Variables, logits and losses stay float32.
     precision: str = "float32"
     # The CPU layout, as pre-training's: the batch as this many micro-batches whose forward and

@@ -13,9 +13,9 @@ import os
 import sys
 from typing import Any
 
-from electra_tf.atomic_io import write_text
 from electra_tf.finetuning import heads, scorers
 from electra_tf.finetuning.task import DataError, FeatureSpec, Predict, Task, log
+from electra_tf.runtime.atomic_io import write_text
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""Task models: the multi-task `FinetuningModel` (the original's) and `ElectraClassifier`.
+"""The multi-task `FinetuningModel` (the original's); the Keras models for a user's own code
+(`ElectraClassifier`, `ElectraTagger`) are in `finetuning/keras_models/`.
 
 `FinetuningModel` shares one discriminator encoder (scope `electra`) between the tasks' heads
 (scope `task_specific/<task>`). Its loss is the original's
@@ -25,7 +26,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.config import ModelConfig
-from electra_tf.finetuning.heads import ClassificationHead
 from electra_tf.finetuning.task import FeatureSpec, Task
 from electra_tf.modeling import TransformerEncoder
 from electra_tf.modeling.dropout import draw_seeds_from
@@ -159,46 +159,3 @@ class FinetuningModel(keras.Model):
         for head in self.task_heads:
             names.update(head.variable_map())
         return names
-
-
-class ElectraClassifier(keras.Model):
-    """A plain Keras classifier: encoder -> dropout 0.1 -> dense(num_labels) on [CLS].
-
-    For user code: `model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(
-    from_logits=True)); model.fit({"input_ids", "input_mask", "segment_ids"}, labels)`.
-    Returns logits [batch, num_labels]. Keras' losses average over the batch; the original's
-    runner summed it (use `FinetuningModel` for that).
-
-    Args:
-        encoder: a `TransformerEncoder` (e.g. with pre-trained weights loaded).
-        num_labels: number of classes.
-        task_name: names the head's variables `task_specific/<task_name>/dense/*`.
-        seed: where given, the dropout masks come from `self.rng`, a generator the model's
-            checkpoints hold (`FinetuningModel`'s `seed`), so that a `fit` resumed by Keras's
-            `BackupAndRestore` continues them: the uninterrupted fit's weights, bit for bit.
-    """
-
-    def __init__(
-        self,
-        encoder: TransformerEncoder,
-        num_labels: int,
-        task_name: str = "classifier",
-        dropout_rate: float = 0.1,
-        seed: int | None = None,
-        **kwargs: Any,
-    ):
-        super().__init__(**kwargs)
-        self.encoder = encoder
-        self.head = ClassificationHead(task_name, num_labels, dropout_rate)
-        if seed is not None:
-            self.rng = tf.random.Generator.from_seed(seed)
-            draw_seeds_from(self, self.rng)
-        # Builds the head so `variable_map()` works before the first fit.
-        self.head.logits(tf.zeros((1, encoder.config.hidden_size)))
-
-    def call(self, inputs, training=False):
-        encoder_outputs = self.encoder(inputs, training=training)
-        return self.head.logits(encoder_outputs["cls_output"], training=training)
-
-    def variable_map(self) -> dict[str, tf.Variable]:
-        return {**self.encoder.variable_map("electra"), **self.head.variable_map()}

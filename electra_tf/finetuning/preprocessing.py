@@ -24,10 +24,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from electra_tf.atomic_io import write_json
 from electra_tf.config import ConfigError
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import FeatureSpec, Task, shared_feature_specs
+from electra_tf.runtime.atomic_io import write_json
 
 
 def _feature(spec: FeatureSpec, values: Any) -> tf.train.Feature:

@@ -14,10 +14,10 @@ import json
 import os
 from typing import Any
 
-from electra_tf.atomic_io import write_json
 from electra_tf.finetuning import heads
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import DataError, FeatureSpec, NotServable, Predict, Task, log
+from electra_tf.runtime.atomic_io import write_json
 
 
 @dataclasses.dataclass

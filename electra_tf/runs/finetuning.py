@@ -21,10 +21,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf import checkpoints, optimization
-from electra_tf.atomic_io import write_json, write_text
 from electra_tf.checkpoints import PretrainedModel
 from electra_tf.checkpoints.training_state import TrainingCheckpoints
-from electra_tf.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 from electra_tf.finetuning.config import (
     FINETUNING_CONFIG_FILE,
     MODEL_CONFIG_FILE,
@@ -64,6 +62,8 @@ from electra_tf.runs.finetuning_resume import (
 from electra_tf.runs.finetuning_train import TrialOutcome, restore_best, train_trial
 from electra_tf.runs.pretraining_model import current_learning_rate
 from electra_tf.runs.progress import FitProgress, ProgressReporter
+from electra_tf.runtime.atomic_io import write_json, write_text
+from electra_tf.runtime.device_defaults import Machine, probe_machine, warn_if_emulated_bf16
 
 
 class ModelRunner:
