@@ -332,10 +332,13 @@ def test_empty_finetuning_split_is_a_one_line_error(tmp_path, capsys, split):
     record(
         "5",
         f"header-only {split}.tsv",
-        f"exit 1 naming {split}.tsv",
+        f"exit 2 naming {split}.tsv, before anything is written",
         f"exit {code}: {last_line(err)}",
     )
-    assert code == 1 and f"sst/{split}.tsv: no examples" in err
+    # Every file is read before the first step (the dev split too, which used to be reported
+    # only after training): a usage error, and no model folder, lock or records.
+    assert code == 2 and f"sst/{split}.tsv: no examples" in err
+    assert not (data / "models" / "tiny" / "finetuning_models").exists()
     assert not (data / "models" / "tiny" / "results" / "sst_results.json").exists()
 
 
