@@ -12,19 +12,14 @@ import os
 import re
 
 import numpy as np
+from helpers_finetune import tiny_encoder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README_HEADING = "## Fine-tuning on your own data"
 WORDS = "the a good bad movie film great awful fun boring plot is cat dog . , sat on mat".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 TINY = {
-    "model_hparam_overrides": {
-        "hidden_size": 16,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 1,
-        "intermediate_size": 64,
-    },
-    "embedding_size": 8,
+    **tiny_encoder(64),
     "vocab_size": len(VOCAB),
     "max_seq_length": 16,
     "train_batch_size": 8,

@@ -9,19 +9,14 @@ import sys
 
 import numpy as np
 import pytest
+from helpers_finetune import tiny_encoder
 from helpers_pretrain_cli import ROOT, checkpoint_values, cli_env
 
 WORDS = "the a good bad movie film great awful fun boring plot is cat dog said was".split()
 # 480 pairs, doubled (MRPC's train set is read both ways round): 120 steps an epoch at batch
 # 8, so that a stop sent at step 38 lands mid-epoch however late the test reads the line.
 HPARAMS = {
-    "model_hparam_overrides": {
-        "hidden_size": 16,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 1,
-        "intermediate_size": 32,
-    },
-    "embedding_size": 8,
+    **tiny_encoder(),
     "vocab_size": 5 + len(WORDS),
     "max_seq_length": 16,
     "train_batch_size": 8,

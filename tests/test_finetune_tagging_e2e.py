@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the export's tokenizer ops
+from helpers_finetune import tiny_encoder
 from helpers_user_data import listing
 
 from electra_tf.cli import export, finetune
@@ -25,13 +26,7 @@ PEOPLE, PLACES = ["john", "mary", "smith"], ["paris", "london", "berlin"]
 OTHER = ["met", "in", "visited", "the", "and", "saw"]
 WORDS = PEOPLE + PLACES + OTHER
 TINY = {
-    "model_hparam_overrides": {
-        "hidden_size": 16,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 1,
-        "intermediate_size": 32,
-    },
-    "embedding_size": 8,
+    **tiny_encoder(),
     "vocab_size": 5 + len(WORDS),
     "max_seq_length": 20,  # the original's truncation keeps 2n + 4 <= 20: n <= 8 words
     "train_batch_size": 8,

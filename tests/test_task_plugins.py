@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers_finetune import tiny_encoder
 
 from electra_tf.finetuning import task_table
 from electra_tf.finetuning.config import FinetuningConfig, finetuning_config, is_qa_task
@@ -255,13 +256,7 @@ def docs_blocks(path: str, section: str) -> dict[str, str]:
 
 TINY = {
     "init_checkpoint": None,
-    "model_hparam_overrides": {
-        "hidden_size": 16,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 1,
-        "intermediate_size": 32,
-    },
-    "embedding_size": 8,
+    **tiny_encoder(),
     "vocab_size": 5 + len(WORDS),
     "max_seq_length": 12,
     "train_batch_size": 8,
