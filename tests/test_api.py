@@ -22,15 +22,24 @@ def _env() -> dict[str, str]:
     return dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
 
 
-def readme_snippet() -> str:
-    """The section's ```python blocks, one program (the later ones use the first's imports)."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+def _python_blocks(path: str, heading: str | None = None) -> list[str]:
+    """The ```python blocks of `path` (after `heading`, up to the next section, if given)."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
         text = f.read()
-    assert HEADING in text, f"README.md lacks the section {HEADING!r}"
-    section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert len(blocks) == 2, f"expected two ```python blocks after {HEADING!r} in README.md"
-    return "\n".join(blocks)
+    if heading is not None:
+        assert heading in text, f"{path} lacks the section {heading!r}"
+        text = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+def readme_snippet() -> str:
+    """The README section's ```python block and docs/keras.md's, one program (the later block
+    uses the first's imports)."""
+    readme = _python_blocks("README.md", HEADING)
+    assert len(readme) == 1, f"expected one ```python block after {HEADING!r} in README.md"
+    keras_page = _python_blocks(os.path.join("docs", "keras.md"))
+    assert len(keras_page) == 1, "expected one ```python block in docs/keras.md"
+    return "\n".join(readme + keras_page)
 
 
 def test_import_is_cheap_and_lazy():
