@@ -2,8 +2,11 @@
 
 At each sequence length (default 128, 256, 512), in one run and one table:
 
-- training: the project's default pre-training step, Model Garden's `ElectraPretrainer` and
-  Hugging Face PyTorch's (under `--hf-python`), at a FIXED NUMBER OF TOKENS PER BATCH
+- training, in float32 and in `mixed_bfloat16` (`LINES`): the project's pre-training step
+  (float32: the default step), Model Garden's `ElectraPretrainer` (float32 only: it does not
+  run under mixed_bfloat16) and Hugging Face PyTorch's (under `--hf-python`; bf16: its
+  autocast), at a FIXED
+  NUMBER OF TOKENS PER BATCH
   (`--tokens-per-batch`, default 4096: batch 32 x 128, 16 x 256, 8 x 512), so that a step
   holds the same dense-layer work at every length and what grows is attention's (its products
   grow with the length per token). tokens/s, and the ratios per round against each peer
@@ -15,7 +18,8 @@ At each sequence length (default 128, 256, 512), in one run and one table:
   gradients), for the train step and for serving at batch 32.
 
 Then it says whether the project's ratio to each peer at the longest length is at least the
-one at the shortest (the cost curve is no worse than the peer's).
+one at the shortest (the cost curve is no worse than the peer's), and whether the ratio to
+Model Garden at the longest length is at least `MIN_MODEL_GARDEN_RATIO`.
 
     python -m bench.cost_curve [--seq-lengths 128,256,512] [--tokens-per-batch 4096]
         [--rounds 2] [--steps 4] [--calls 20] [--hf-python P] [--no-profile] [--json F] [--png F]
@@ -29,6 +33,7 @@ if __name__ == "__main__" and not __package__:  # `python bench/cost_curve.py`: 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,11 +43,24 @@ from typing import Any
 from bench import bench_train, machine, train_table
 from electra_tf.runtime import atomic_io
 
-TRAIN_CONFIGS = ("default", "mg-fp32", "hf-fp32")
+# The training lines, by precision: (the project's configuration, {peer: its configuration}).
+# "default" is the pre-training step as the preset resolves it (float32, the original's).
+# Model Garden's `ElectraPretrainer` does not run under mixed_bfloat16 (its sampler adds float32
+# noise to bfloat16 logits: a TypeError), so the bfloat16 line is set beside its float32 step.
+LINES: dict[str, tuple[str, dict[str, str]]] = {
+    "float32": ("default", {"Model Garden": "mg-fp32", "HF PyTorch": "hf-fp32"}),
+    "mixed_bfloat16": ("bf16", {"Model Garden": "mg-fp32", "HF PyTorch": "hf-bf16"}),
+}
+TRAIN_CONFIGS = tuple(
+    dict.fromkeys(c for ours, peers in LINES.values() for c in (ours, *peers.values()))
+)
+PEERS = ("Model Garden", "HF PyTorch")
 SERVE_BATCHES = (1, 32)
-PEER_COLUMNS = {"vs MG fp32": "Model Garden", "vs HF PyTorch": "HF PyTorch"}
+# The least the project's training ratio to Model Garden should be at the longest length.
+MIN_MODEL_GARDEN_RATIO = 1.8
 # The training configurations by the system each one is (the picture's lines).
-SYSTEMS = {"default": "electra-tf", "mg-fp32": "Model Garden", "hf-fp32": "HF PyTorch"}
+SYSTEMS = {"default": "electra-tf", "bf16": "electra-tf bf16", "mg-fp32": "Model Garden",
+           "hf-fp32": "HF PyTorch", "hf-bf16": "HF PyTorch bf16"}  # fmt: skip
 
 
 def run_module(module: str, arguments: list[str], timeout: float) -> tuple[bool, str]:
@@ -97,22 +115,34 @@ def attention_at(seq: int, batch: int, args: argparse.Namespace, workdir: str) -
 
 
 def curve_rows(
-    train_rows: Sequence[dict[str, Any]],
+    records: Sequence[dict[str, Any]],
     serving: dict[int, dict[str, Any]],
     attention: dict[int, dict[str, Any]],
     seq_lengths: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """One row per length: the project's training row and ratios, serving p50s and their
-    ratios (HF p50 / ours: > 1 means the project is faster), attention shares."""
+    """One row per length: for each precision of `LINES`, the project's training tokens/s
+    (median over rounds of `records`, `bench_train`'s per-round records) and its ratio to each
+    peer (`train_table.paired_ratio`: each round against the peer's same round); serving p50s
+    and their ratios (HF p50 / ours: > 1 means the project is faster); attention shares."""
     rows = []
     for seq in seq_lengths:
-        ours = next((r for r in train_rows if r["config"] == "default" and r["seq"] == seq), None)
-        row: dict[str, Any] = {"seq": seq, "train": None, "serve": {}, "attention": {}}
-        if ours and not ours["failed"]:
-            row["train"] = {
-                "batch": ours["batch"],
-                "tokens_per_s": ours["tokens_per_s"],
-                "ratios": ours["ratios"],
+        at_seq = [r for r in records if r["seq"] == seq]
+        row: dict[str, Any] = {"seq": seq, "train": {}, "serve": {}, "attention": {}}
+        for precision, (config, peers) in LINES.items():
+            runs = [r for r in at_seq if r["config"] == config]
+            if not runs:
+                row["train"][precision] = None
+                continue
+            row["train"][precision] = {
+                "config": config,
+                "batch": runs[0]["batch"],
+                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
+                "ratios": {
+                    peer: train_table.paired_ratio(
+                        runs, [r for r in at_seq if r["config"] == peer_config]
+                    )
+                    for peer, peer_config in peers.items()
+                },
             }
         served = serving.get(seq, {})
         for batch in SERVE_BATCHES:
@@ -128,15 +158,26 @@ def curve_rows(
     return rows
 
 
+def _train_ratio(row: dict[str, Any], precision: str, peer: str) -> float | None:
+    train = row["train"].get(precision)
+    return train["ratios"].get(peer) if train else None
+
+
 def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """For each peer: the project's ratio at the longest length against the shortest's."""
+    """For each precision and peer: the project's ratio at the longest length against the
+    shortest's; the ratio to Model Garden at the longest against `MIN_MODEL_GARDEN_RATIO`."""
     first, last = rows[0], rows[-1]
+    pairs = [
+        (f"training {precision} {peer}", _train_ratio(first, precision, peer),
+         _train_ratio(last, precision, peer))
+        for precision in LINES for peer in PEERS
+    ]  # fmt: skip
+    pairs += [
+        (f"serving batch {b} HF PyTorch", first["serve"][b]["ratio"], last["serve"][b]["ratio"])
+        for b in SERVE_BATCHES
+    ]
     lines = []
-    pairs = [(f"training {PEER_COLUMNS[c]}", r["train"] and r["train"]["ratios"].get(c)) for c in PEER_COLUMNS for r in (first, last)]  # fmt: skip
-    for batch in SERVE_BATCHES:
-        pairs += [(f"serving batch {batch} HF PyTorch", r["serve"][batch]["ratio"]) for r in (first, last)]  # fmt: skip
-    for i in range(0, len(pairs), 2):
-        (what, short), (_, long) = pairs[i], pairs[i + 1]
+    for what, short, long in pairs:
         if short is None or long is None:
             lines.append(f"- {what}: not measured at both {first['seq']} and {last['seq']}")
             continue
@@ -144,6 +185,14 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"- {what}: {short:.2f}x at {first['seq']}, {long:.2f}x at {last['seq']}: {verdict}"
         )
+    for precision in LINES:
+        ratio = _train_ratio(last, precision, "Model Garden")
+        if ratio is not None:
+            met = "met" if ratio >= MIN_MODEL_GARDEN_RATIO else "NOT met"
+            lines.append(
+                f"- training {precision} at {last['seq']}: {ratio:.2f}x Model Garden "
+                f"(target {MIN_MODEL_GARDEN_RATIO}x or more: {met})"
+            )
     return lines
 
 
@@ -160,24 +209,32 @@ def _pct(value: float | None) -> str:
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """Two tables: training (a row per length and precision, its ratio to each peer of the
+    same precision, attention's share of the float32 step) and serving (a row per length)."""
     lines = [
-        "| seq | train batch | train tokens/s | vs MG fp32 | vs HF PyTorch | attention, train "
-        "| serve b1 p50 ms (ours / HF) | vs HF b1 | serve b32 p50 ms (ours / HF) | vs HF b32 "
-        "| attention, serve b32 |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| seq | precision | train batch | train tokens/s | vs Model Garden | vs HF PyTorch "
+        "| attention, train |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        train = row["train"] or {}
-        ratios = train.get("ratios", {})
-        tokens = f"{train['tokens_per_s']:.0f}" if train else "failed"
-        cells = [
-            str(row["seq"]),
-            str(train.get("batch", "")),
-            tokens,
-            _x(ratios.get("vs MG fp32")),
-            _x(ratios.get("vs HF PyTorch")),
-            _pct(row["attention"].get("train")),
-        ]
+        for precision in LINES:
+            train = row["train"].get(precision)
+            if train is None:
+                lines.append(f"| {row['seq']} | {precision} | | failed | | | |")
+                continue
+            share = row["attention"].get("train") if precision == "float32" else None
+            cells = [str(row["seq"]), precision, str(train["batch"]),
+                     f"{train['tokens_per_s']:.0f}", *(_x(train["ratios"].get(p)) for p in PEERS),
+                     _pct(share)]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| seq | serve b1 p50 ms (ours / HF) | vs HF b1 | serve b32 p50 ms (ours / HF) "
+        "| vs HF b32 | attention, serve b32 |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        cells = [str(row["seq"])]
         for batch in SERVE_BATCHES:
             s = row["serve"][batch]
             cells += [f"{_ms(s['ours_ms'])} / {_ms(s['hf_ms'])}", _x(s["ratio"])]
@@ -241,10 +298,11 @@ def main(argv: list[str] | None = None) -> int:
                 attention[seq] = attention_at(seq, batch, args, workdir)
     load_end = machine.load_average()
 
-    rows = curve_rows(train_rows, serving, attention, args.seq_lengths)
+    rows = curve_rows(records, serving, attention, args.seq_lengths)
     print(
         f"\nCost curve, ELECTRA-Small: training at {args.tokens_per_batch} tokens per batch "
-        f"(median of {args.rounds} rounds x {args.steps} steps, the project's default step), "
+        f"(median of {args.rounds} rounds x {args.steps} steps; float32: the project's default "
+        "step; bf16 against PyTorch's bf16 autocast and Model Garden's float32), "
         f"serving `encode_ids` p50 of {args.calls} calls (threads 1, 2; PyTorch its default); "
         "ratios > 1: the project is faster; attention: share of the busy time in QK^T, scale "
         "and mask, softmax, AV and dropout on the probabilities (TensorFlow profiler)"

@@ -77,13 +77,19 @@ def test_mfu_uses_the_bf16_peak_for_bf16_rows_and_none_without_a_peak():
     assert rows[0]["mfu"] is None and "| - | 100 |" in train_table.markdown(rows)
 
 
-def curve_train_rows(ratio_128, ratio_512):
-    rows = []
+def curve_records(ratio_128, ratio_512, bf16_ratio=2.0):
+    """Two rounds at 128 and 512: the project's float32 step at 1000 tokens/s and its bf16 step
+    at 1500, Model Garden's (float32 only) at 1000 / ratio, PyTorch's at half Model Garden's
+    (bf16: 750 / bf16_ratio); in round 1 everything runs at half speed (the ratios stay)."""
+    records = []
     for seq, ratio in ((128, ratio_128), (512, ratio_512)):
-        rows.append({"seq": seq, "config": "default", "failed": False, "batch": 4096 // seq,
-                     "tokens_per_s": 1000.0, "ratios": {"vs MG fp32": ratio,
-                                                        "vs HF PyTorch": 2 * ratio}})  # fmt: skip
-    return rows
+        for round_index, speed in ((0, 1.0), (1, 0.5)):
+            speeds = {"default": 1000.0, "mg-fp32": 1000.0 / ratio, "hf-fp32": 500.0 / ratio,
+                      "bf16": 1500.0, "hf-bf16": 750.0 / bf16_ratio}  # fmt: skip
+            records += [record(config, seq, round_index, tokens * speed,
+                               "mixed_bfloat16" if "bf16" in config else "float32")
+                        for config, tokens in speeds.items()]  # fmt: skip
+    return records
 
 
 def test_cost_curve_rows_and_verdicts():
@@ -92,21 +98,48 @@ def test_cost_curve_rows_and_verdicts():
         512: {"electra-tf": {1: 50.0, 32: 1000.0}, "HF PyTorch": {1: 80.0, 32: 3000.0}},
     }
     attention = {128: {"train": 0.1, "serve": 0.08}, 512: {"train": 0.3}}
-    rows = cost_curve.curve_rows(curve_train_rows(1.8, 1.5), serving, attention, [128, 512])
+    records = curve_records(1.8, 1.5)
+    # A bf16 peer round missing at 512 pairs nothing with it: the round left is used.
+    records = [r for r in records if not (r["config"] == "hf-bf16" and r["seq"] == 512
+                                          and r["round"] == 1)]  # fmt: skip
+    rows = cost_curve.curve_rows(records, serving, attention, [128, 512])
     assert rows[0]["serve"][32] == {"ours_ms": 200.0, "hf_ms": 500.0, "ratio": 2.5}
     assert rows[1]["serve"][1]["ratio"] == pytest.approx(1.6)
-    table = cost_curve.markdown(rows)
-    assert "| 128 | 32 | 1000 | 1.80x | 3.60x | 10.0% | 10.0 / 20.0 | 2.00x |" in table
-    assert "| 512 | 8 | 1000 | 1.50x | 3.00x | 30.0% | 50.0 / 80.0 | 1.60x |" in table
-    assert table.splitlines()[-1].endswith("| 3.00x | - |")  # no serving profile at 512
-    verdicts = cost_curve.verdicts(rows)
-    assert verdicts[0] == "- training Model Garden: 1.80x at 128, 1.50x at 512: WORSE by 17%"
-    assert verdicts[3] == "- serving batch 32 HF PyTorch: 2.50x at 128, 3.00x at 512: no worse"
-    # A length that failed is said so, not compared.
-    rows[1]["train"] = None
-    assert cost_curve.verdicts(rows)[0] == (
-        "- training Model Garden: not measured at both 128 and 512"
+    assert rows[0]["train"]["float32"]["tokens_per_s"] == 750.0  # the median of 1000 and 500
+    # bf16 against Model Garden's float32 step (it has no bf16 one) and PyTorch's bf16.
+    assert rows[1]["train"]["mixed_bfloat16"]["ratios"] == pytest.approx(
+        {"Model Garden": 2.25, "HF PyTorch": 4.0}
     )
+    table = cost_curve.markdown(rows)
+    assert "| 128 | float32 | 32 | 750 | 1.80x | 3.60x | 10.0% |" in table
+    assert "| 512 | float32 | 8 | 750 | 1.50x | 3.00x | 30.0% |" in table
+    assert "| 512 | mixed_bfloat16 | 8 | 1125 | 2.25x | 4.00x | - |" in table
+    assert "| 128 | 10.0 / 20.0 | 2.00x | 200.0 / 500.0 | 2.50x | 8.0% |" in table
+    assert table.splitlines()[-1] == "| 512 | 50.0 / 80.0 | 1.60x | 1000.0 / 3000.0 | 3.00x | - |"
+    verdicts = cost_curve.verdicts(rows)
+    assert verdicts[0] == (
+        "- training float32 Model Garden: 1.80x at 128, 1.50x at 512: WORSE by 17%"
+    )
+    assert verdicts[2] == (
+        "- training mixed_bfloat16 Model Garden: 2.70x at 128, 2.25x at 512: WORSE by 17%"
+    )
+    assert verdicts[5] == "- serving batch 32 HF PyTorch: 2.50x at 128, 3.00x at 512: no worse"
+    assert verdicts[6:] == [
+        "- training float32 at 512: 1.50x Model Garden (target 1.8x or more: NOT met)",
+        "- training mixed_bfloat16 at 512: 2.25x Model Garden (target 1.8x or more: met)",
+    ]
+    # A length that failed is said so, not compared.
+    rows[1]["train"]["float32"] = None
+    assert cost_curve.verdicts(rows)[0] == (
+        "- training float32 Model Garden: not measured at both 128 and 512"
+    )
+    assert "| 512 | float32 | | failed | | | |" in cost_curve.markdown(rows)
+
+
+def test_the_curve_runs_every_line_once():
+    assert cost_curve.TRAIN_CONFIGS == ("default", "mg-fp32", "hf-fp32", "bf16", "hf-bf16")
+    for config in cost_curve.TRAIN_CONFIGS:
+        assert config in train_table.CONFIGS and config in cost_curve.SYSTEMS
 
 
 def test_serving_ratios_against_every_peer():
