@@ -547,3 +547,33 @@ def test_clipping_is_global_after_the_cross_replica_sum():
     ]
     wrong, _, _ = numpy_adamw(start, per_replica, [0.1, 0.1], 0.01, [True], [1])
     assert np.max(np.abs(wrong[0] - expected[0])) > 1e-3
+
+
+def test_the_steps_scalars_are_made_once_per_apply_not_once_per_variable():
+    """A variable's fused update adds only its own ops (its clipping, decay and ApplyAdam): the
+    rate, the decay factor and ApplyAdam's constants are shared by every variable of a dtype
+    and multiplier. Made per variable they were 25 graph ops a variable instead of 12, about
+    5,000 more ops for pre-training's ~400 variables to trace and optimise before step one."""
+
+    def ops_for(n):
+        variables = [tf.Variable(np.ones((4, 4), np.float32)) for _ in range(n)]
+        names = [f"layer_{i}/kernel" for i in range(n)]
+        optimizer = AdamWeightDecay(
+            learning_rate=ElectraSchedule(1e-3, 40, warmup_steps=5),
+            weight_decay_rate=0.01,
+            variable_map=dict(zip(names, variables, strict=True)),
+        )
+        grads = [tf.ones((4, 4)) for _ in range(n)]
+
+        @tf.function
+        def step(grads):
+            optimizer.apply_gradients(zip(grads, variables, strict=True))
+
+        step(grads)
+        return [op.type for op in step.get_concrete_function(grads).graph.get_operations()]
+
+    few, many = ops_for(4), ops_for(8)
+    assert many.count("ResourceApplyAdam") == 8
+    assert (len(many) - len(few)) / 4 <= 12
+    # One each of ApplyAdam's constants, however many variables.
+    assert many.count("Const") - few.count("Const") <= 4 * 2  # each clipped gradient's own

@@ -10,7 +10,8 @@ Reference: google-research/electra `model/optimization.py` (docs/faithfulness.md
 - `ElectraSchedule`: polynomial decay to 0 MULTIPLIED by `min(1, step / warmup)`; warmup and
   decay overlap (not BERT's "replace the decay with a ramp during warmup").
 - `layerwise_lr_multipliers`: the fine-tuning layer-wise LR decay (`_get_layer_lrs`); it lives
-  in `electra_tf.optimization.layerwise_lr` and is importable from here as before.
+  in `electra_tf.optimization.layerwise_lr` and is importable from here as before
+  (`ElectraSchedule` lives in `electra_tf.optimization.schedule`, importable from here too).
 
 Every per-variable decision (weight-decay exclusion, LR multiplier) is made on the variable's
 ORIGINAL TF1 name, taken from a model's `variable_map()`, so that it matches the original exactly
@@ -29,6 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from electra_tf.optimization.layerwise_lr import layerwise_lr_multipliers
+from electra_tf.optimization.schedule import ElectraSchedule
 
 # Substrings of an original variable name that exempt it from weight decay (as the original).
 DEFAULT_WEIGHT_DECAY_EXCLUSIONS = ("LayerNorm", "layer_norm", "bias")
@@ -41,65 +43,6 @@ def _strip_device_suffix(name: str) -> str:
 def _plain(value: Any) -> Any:
     """NumPy scalars (from a variable's value) -> Python floats, so configs stay JSON-friendly."""
     return value if isinstance(value, dict) else float(value)
-
-
-@keras.utils.register_keras_serializable(package="electra_tf")
-class ElectraSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The original's pre-training / fine-tuning learning rate.
-
-    `lr(step) = peak * (1 - min(s, T) / T) ** power * min(1, s / warmup)` with `s = step +
-    start_step`, `T = num_train_steps` and `warmup = max(T * warmup_proportion, warmup_steps)`.
-    With warmup 0 the ramp factor is 1.
-
-    Args:
-      learning_rate: peak learning rate.
-      num_train_steps: T, the step at which the rate reaches 0.
-      warmup_steps: warmup length in steps.
-      warmup_proportion: warmup length as a fraction of T; the larger of the two wins.
-      power: polynomial decay power (the original's `lr_decay_power`).
-      start_step: added to the optimizer's step before evaluating the schedule, for a fresh
-        optimizer that continues a run that already took `start_step` steps.
-    """
-
-    def __init__(
-        self,
-        learning_rate: float,
-        num_train_steps: int,
-        warmup_steps: int = 0,
-        warmup_proportion: float = 0.0,
-        power: float = 1.0,
-        start_step: int = 0,
-    ):
-        if num_train_steps <= 0:
-            raise ValueError(f"num_train_steps must be > 0, got {num_train_steps}")
-        self.learning_rate = float(learning_rate)
-        self.num_train_steps = int(num_train_steps)
-        self.warmup_steps = int(warmup_steps)
-        self.warmup_proportion = float(warmup_proportion)
-        self.power = float(power)
-        self.start_step = int(start_step)
-
-    @property
-    def warmup(self) -> float:
-        return max(self.num_train_steps * self.warmup_proportion, float(self.warmup_steps))
-
-    def __call__(self, step: Any) -> tf.Tensor:
-        step = tf.cast(step, tf.float32) + float(self.start_step)
-        total = float(self.num_train_steps)
-        decayed = self.learning_rate * tf.pow(1.0 - tf.minimum(step, total) / total, self.power)
-        if self.warmup > 0:
-            decayed *= tf.minimum(1.0, step / self.warmup)
-        return decayed
-
-    def get_config(self) -> dict[str, Any]:
-        return {
-            "learning_rate": self.learning_rate,
-            "num_train_steps": self.num_train_steps,
-            "warmup_steps": self.warmup_steps,
-            "warmup_proportion": self.warmup_proportion,
-            "power": self.power,
-            "start_step": self.start_step,
-        }
 
 
 def fused_constants(beta_1: float, beta_2: float, epsilon: float) -> tuple[float, float]:
@@ -202,6 +145,9 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             self.beta_1, self.beta_2, self.epsilon
         )
         self._original_names: dict[Any, str] = self._no_dependency({})
+        # The scalars every variable's update shares (the rate, the decay factor, ApplyAdam's
+        # constants), made once per `apply_gradients` (`_shared`), not once per variable.
+        self._scalars: dict[tuple, tf.Tensor] = self._no_dependency({})
         if variable_map is not None:
             self.set_variable_map(variable_map)
 
@@ -273,15 +219,34 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
             for g, v in grads_and_vars
         ]
-        return super().apply_gradients(dense, name=name, **kwargs)
+        self._scalars.clear()
+        try:
+            return super().apply_gradients(dense, name=name, **kwargs)
+        finally:
+            self._scalars.clear()
+
+    def _shared(self, key: tuple, variable: tf.Variable, make: Any) -> tf.Tensor:
+        """`make()`, made once per `apply_gradients` for every variable of `variable`'s dtype
+        and device in the graph being built: the same value each variable's update computed
+        for itself before, as one op instead of one per variable (about 400 in pre-training:
+        each op costs the trace, the graph optimizer and the executor of every step)."""
+        key = (*key, variable.dtype, variable.device, id(tf.compat.v1.get_default_graph()))
+        if key not in self._scalars:
+            self._scalars[key] = make()
+        return self._scalars[key]
 
     def update_step(self, gradient: Any, variable: tf.Variable) -> None:
         index = self._index_dict[self._var_key(variable)]
         m, v = self._m[index], self._v[index]
         gradient = tf.cast(gradient, variable.dtype)
-        lr = tf.cast(self.learning_rate, variable.dtype) * self.lr_multiplier(variable)
+        multiplier = self.lr_multiplier(variable)
+        lr = self._shared(
+            ("lr", multiplier),
+            variable,
+            lambda: tf.cast(self.learning_rate, variable.dtype) * multiplier,
+        )
         if self.fused and not self.bias_correction:
-            self._fused_update(gradient, variable, m, v, lr)
+            self._fused_update(gradient, variable, m, v, lr, multiplier)
             return
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * gradient
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient)
@@ -300,23 +265,27 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
         v.assign(next_v)
         variable.assign_sub(lr * update)
 
-    def _fused_update(self, gradient, variable, m, v, lr) -> None:
+    def _fused_update(self, gradient, variable, m, v, lr, multiplier: float) -> None:
         # p - lr * (adam + wd * p) = p * (1 - lr * wd) - lr * adam: the decay first, on the
         # old weights, then ApplyAdam, whose step size lr * sqrt(1 - b2^t) / (1 - b1^t) is lr
         # itself when both powers are 0: no bias correction, as the original.
+        def shared(name: str, make: Any) -> tf.Tensor:
+            return self._shared((name, multiplier), variable, make)
+
+        dtype = variable.dtype
         if self.uses_weight_decay(variable):
-            variable.assign(variable * (1.0 - lr * self.weight_decay_rate))
-        zero = tf.constant(0.0, variable.dtype)
+            variable.assign(variable * shared("decay", lambda: 1.0 - lr * self.weight_decay_rate))
+        zero = shared("zero", lambda: tf.constant(0.0, dtype))
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle,
             m=m.handle,
             v=v.handle,
             beta1_power=zero,
             beta2_power=zero,
-            lr=lr * self._fused_lr_factor,
-            beta1=tf.constant(self.beta_1, variable.dtype),
-            beta2=tf.constant(self.beta_2, variable.dtype),
-            epsilon=tf.constant(self._fused_epsilon, variable.dtype),
+            lr=shared("fused_lr", lambda: lr * self._fused_lr_factor),
+            beta1=shared("beta1", lambda: tf.constant(self.beta_1, dtype)),
+            beta2=shared("beta2", lambda: tf.constant(self.beta_2, dtype)),
+            epsilon=shared("epsilon", lambda: tf.constant(self._fused_epsilon, dtype)),
             grad=gradient,
             use_locking=False,
         )
