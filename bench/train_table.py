@@ -75,7 +75,8 @@ CONFIGS: dict[str, dict] = {
     # `python -m electra_tf.pretrain --preset small` end to end (bench/whole_run.py): 300 steps
     # on synthetic TFRecords, a checkpoint every 100, a progress line every 10; its tokens/s
     # over the whole run against the `default` step's, and its phases (start-up, first trace,
-    # input, checkpoints, metrics and logging). Not in the default list: six minutes on 2 cores.
+    # first call, input, checkpoints, metrics and logging). Not in the default list: six minutes
+    # on 2 cores.
     "pretrain-run": {
         "kind": "pretrain-run",
         "step": "default",

@@ -212,11 +212,15 @@ def run_whole_pretraining(
     (the imports the command pays, to its exit), its training calls' tokens/s ("steady",
     after the first call), and its `phases` in seconds, which add up to its wall time."""
     started = time.perf_counter()
-    # The imports the command pays before its first step (in the CLI: inside main).
+    # The imports the command pays before its first step, in its order: `electra_tf.cli`
+    # first, whose start-up settings (`runtime/tf_startup.py`: the tf_keras line) keep
+    # `import tensorflow` from importing Keras 3 as well (about 0.9 s on a 2-core Zen 4 that
+    # `python -m electra_tf.pretrain` never pays), then TensorFlow and the run (inside main).
+    from electra_tf.cli import pretrain  # noqa: I001 (first: the order is the point)
+
     import tensorflow  # noqa: F401
     import tf_keras  # noqa: F401
 
-    from electra_tf.cli import pretrain
     from electra_tf.runs import pretraining  # noqa: F401
 
     imports = time.perf_counter() - started
@@ -259,6 +263,7 @@ class PhaseClock:
         self.counts: dict[str, int] = defaultdict(int)
         self.calls: list[tuple[float, float, int]] = []
         self.params = 0
+        self.trace_s = 0.0  # the first call's Python trace (building its graph)
         self.dataset_call: tuple[Callable, tuple, dict] | None = None
 
     def timing(self, phase: str, function: Callable) -> Callable:
@@ -283,6 +288,9 @@ class PhaseClock:
 
             def timed_steps(iterator, num_steps):
                 start = time.perf_counter()
+                if not self.calls:  # the trace alone, before the first call reuses it
+                    train_steps.get_concrete_function(iterator, num_steps)
+                    self.trace_s = time.perf_counter() - start
                 tokens = train_steps(iterator, num_steps)
                 tokens.numpy()  # the call is over (the loop reads it next, as int)
                 self.calls.append((start, time.perf_counter() - start, int(num_steps)))
@@ -348,7 +356,9 @@ def phase_breakdown(
 ) -> dict[str, float]:
     """A run's wall time (`imports`, then `main_s` seconds of `main` from `main_start`) in
     phases: "start-up" (the imports, then main to its first training call), "first trace"
-    (that call beyond the steps it ran, at the later calls' seconds a step), "input" (the
+    (that call's Python trace, building its graph), "first call" (the rest of that call beyond
+    the steps it ran, at the later calls' seconds a step: the graph optimiser, XLA's
+    compilation of the fused clusters, the first allocations), "input" (the
     pipeline's own time, `per_batch` read alone, for each step after the first call: an upper
     bound of what those steps waited for it, taken out of "steps"), "steps", "checkpoints",
     "metrics and logging", "evaluation" (0: the command trains or evaluates), "other" (the
@@ -356,13 +366,14 @@ def phase_breakdown(
     (first_start, first_s, first_steps), *later = clock.calls
     later_s, later_steps = sum(c[1] for c in later), sum(c[2] for c in later)
     per_step = later_s / later_steps if later_steps else first_s / first_steps
-    trace = max(0.0, first_s - per_step * first_steps)
+    first_call = max(0.0, first_s - clock.trace_s - per_step * first_steps)
     input_s = min(later_s, per_batch * later_steps)
     phases = {
         "start-up": imports + first_start - main_start,
-        "first trace": trace,
+        "first trace": clock.trace_s,
+        "first call": first_call,
         "input": input_s,
-        "steps": first_s - trace + later_s - input_s,
+        "steps": first_s - clock.trace_s - first_call + later_s - input_s,
         "checkpoints": clock.seconds["checkpoints"],
         "metrics and logging": clock.seconds["metrics"],
         "evaluation": 0.0,
