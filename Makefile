@@ -72,12 +72,14 @@ convert: $(STAMP)
 # PEER_PYTHON=<a python with torch, transformers, onnx, onnxruntime>: the Hugging Face PyTorch and
 # ONNX Runtime rows (bench/README.md says how to make one); without it they are reported skipped.
 # SEQ_LENGTHS=128,256,512: `make bench` at each length; `make bench-curve`'s lengths.
+# CONFIGS=default,pretrain-run: `make bench`'s rows (bench/README.md lists them), e.g. the whole
+# pre-training run beside its step.
 # Each writes its table as JSON and as a picture under data/ (bench_train.json and .png, ...).
 PEER_ENV := $(if $(PEER_PYTHON),ELECTRA_PEER_PYTHON=$(PEER_PYTHON),)
 bench: $(STAMP)
 	mkdir -p data
 	$(PEER_ENV) $(PY) -m bench.bench_train $(if $(SEQ_LENGTHS),--seq-lengths $(SEQ_LENGTHS),) \
-		--json data/bench_train.json
+		$(if $(CONFIGS),--configs $(CONFIGS),) --json data/bench_train.json
 
 # Cost against sequence length: training, serving and attention's share, with the peers.
 bench-curve: $(STAMP)
