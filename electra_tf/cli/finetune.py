@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model dir",
             ),
         ):
-            run_finetuning(plan)
+            run_finetuning(plan, data_checked=True)  # checked above: not read twice
     except (run_lock.LockError, ConfigError) as e:  # a setting the data or the model refutes: input
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -6,21 +6,16 @@ reported only once training had finished, and the half-made model folder then bl
 `check_task_data` reads every split the run will read, through each task's own
 `get_examples` (built-in and user tasks alike), so that such a file is one DataError naming
 `file:line` and the fix before anything is written. The command calls it before it takes its
-lock; `run_finetuning` calls it again for callers of the Python API (a run already checked in
-this process, with the same files unchanged, is not read twice).
+lock, then starts the run with `run_finetuning(..., data_checked=True)` so the files are not
+read twice; a caller of the Python API leaves `data_checked` False and the run checks them.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
 
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.task import DataError, Task
-
-# Runs checked in this process: (the data settings, every file's size and mtime).
-_CHECKED: set[str] = set()
 
 
 def splits_read(config: FinetuningConfig, task: Task) -> list[str]:
@@ -49,30 +44,9 @@ def check_task_data(config: FinetuningConfig, tasks: list[Task] | None = None) -
 
         tasks = get_tasks(config, make_tokenizer(config))
     plan = [(task, split) for task in tasks for split in splits_read(config, task)]
-    fingerprint = _fingerprint(config, plan)
-    if fingerprint in _CHECKED:
-        return
     for task, split in plan:
         if not task.get_examples(split):
             raise DataError(
                 f"{task.split_file(split)}: no examples; task {task.name} needs at least one in "
                 f"its {split} split"
             )
-    _CHECKED.add(fingerprint)
-
-
-def _fingerprint(config: FinetuningConfig, plan: list[tuple[Task, str]]) -> str:
-    files: dict[str, Any] = {}
-    for task, split in plan:
-        path = task.split_file(split)
-        stat = os.stat(path) if os.path.exists(path) else None
-        files[f"{task.name}/{split}"] = [path, stat.st_size, stat.st_mtime_ns] if stat else None
-    settings = {
-        "data_dir": os.path.abspath(config.data_dir),
-        "task_names": list(config.task_names),
-        "user_tasks": config.user_tasks,
-        "debug": config.debug,
-        "double_unordered": config.double_unordered,
-        "files": files,
-    }
-    return json.dumps(settings, sort_keys=True, default=str)

@@ -273,13 +273,24 @@ def run_finetuning(
     config: FinetuningConfig | FinetuningPlan,
     pretrained: PretrainedModel | None = None,
     machine: Machine | None = None,
+    *,
+    data_checked: bool = False,
 ) -> list[dict[str, dict[str, float]]]:
     """Every trial: train (or restore), evaluate, write the results so far.
 
-    `config`: the run's plan (`prepare_finetuning`), or a config alone with `pretrained`, its
-    init checkpoint already read (None: read at the first trial). Either way every trial starts
-    from the one plan. `machine`: what a precision "auto" resolves against (None:
-    `probe_machine()`).
+    Args:
+        config: the run's plan (`prepare_finetuning`), or a config alone with `pretrained`, its
+            init checkpoint already read (None: read at the first trial). Either way every
+            trial starts from the one plan.
+        pretrained: see `config`.
+        machine: what a precision "auto" resolves against (None: `probe_machine()`).
+        data_checked: the caller ran `check_task_data` on these files already (the command,
+            before its lock); the run then does not read them again. False: the run checks
+            every file it will read before it writes anything (a DataError naming file:line).
+
+    Returns:
+        The dev metrics of every trial that has them, {task: {metric: value}} (trials kept
+        from an earlier start of the run included).
     """
     if not isinstance(config, FinetuningPlan):
         config = FinetuningPlan(config, None, pretrained)  # planned at the first trial
@@ -288,9 +299,8 @@ def run_finetuning(
     plan = dataclasses.replace(config, config=resolve_precision(config.config, machine))
     config = plan.config
     tasks = get_tasks(config, make_tokenizer(config))
-    # Every file the run reads, checked before anything is written (the command checked
-    # them already: not read again while unchanged).
-    check_task_data(config, tasks)
+    if not data_checked:  # every file the run reads, checked before anything is written
+        check_task_data(config, tasks)
     check_trials(config, tasks)  # before any trial: a changed run is named, not mixed
     results: list[dict[str, dict[str, float]]] = []
     runs: list[dict[str, Any]] = []
