@@ -219,11 +219,10 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
             (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
             for g, v in grads_and_vars
         ]
-        self._scalars.clear()
         try:
             return super().apply_gradients(dense, name=name, **kwargs)
         finally:
-            self._scalars.clear()
+            self._scalars.clear()  # this update's tensors: none outlives it
 
     def _shared(self, key: tuple, variable: tf.Variable, make: Any) -> tf.Tensor:
         """`make()`, made once per `apply_gradients` for every variable of `variable`'s dtype
