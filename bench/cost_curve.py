@@ -5,9 +5,8 @@ At each sequence length (default 128, 256, 512), in one run and one table:
 - training, in float32 and in `mixed_bfloat16` (`LINES`): the project's pre-training step
   (float32: the default step), Model Garden's `ElectraPretrainer` (float32 only: it does not
   run under mixed_bfloat16) and Hugging Face PyTorch's (under `--hf-python`; bf16: its
-  autocast), at a FIXED
-  NUMBER OF TOKENS PER BATCH
-  (`--tokens-per-batch`, default 4096: batch 32 x 128, 16 x 256, 8 x 512), so that a step
+  autocast), at a FIXED NUMBER OF TOKENS PER BATCH (`--tokens-per-batch`, default 4096:
+  batch 32 x 128, 16 x 256, 8 x 512), so that a step
   holds the same dense-layer work at every length and what grows is attention's (its products
   grow with the length per token). tokens/s, and the ratios per round against each peer
   (`bench_train`'s rounds, interleaved);
@@ -33,7 +32,6 @@ if __name__ == "__main__" and not __package__:  # `python bench/cost_curve.py`: 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,16 +41,20 @@ from typing import Any
 from bench import bench_train, machine, train_table
 from electra_tf.runtime import atomic_io
 
-# The training lines, by precision: (the project's configuration, {peer: its configuration}).
-# "default" is the pre-training step as the preset resolves it (float32, the original's).
-# Model Garden's `ElectraPretrainer` does not run under mixed_bfloat16 (its sampler adds float32
-# noise to bfloat16 logits: a TypeError), so the bfloat16 line is set beside its float32 step.
+# The training lines, by precision: (the project's configuration, {peer: the column of
+# `train_table.PEER_COLUMNS` that holds its ratio}). "default" is the pre-training step as the
+# preset resolves it (float32, the original's). Model Garden's `ElectraPretrainer` does not run
+# under mixed_bfloat16 (its sampler adds float32 noise to bfloat16 logits: a TypeError), so the
+# bfloat16 line is set beside its float32 step.
 LINES: dict[str, tuple[str, dict[str, str]]] = {
-    "float32": ("default", {"Model Garden": "mg-fp32", "HF PyTorch": "hf-fp32"}),
-    "mixed_bfloat16": ("bf16", {"Model Garden": "mg-fp32", "HF PyTorch": "hf-bf16"}),
+    "float32": ("default", {"Model Garden": "vs MG fp32", "HF PyTorch": "vs HF PyTorch"}),
+    "mixed_bfloat16": ("bf16", {"Model Garden": "vs MG fp32", "HF PyTorch": "vs HF bf16"}),
 }
+_PEER_CONFIGS = {title: peers["pretrain"] for title, peers in train_table.PEER_COLUMNS}
 TRAIN_CONFIGS = tuple(
-    dict.fromkeys(c for ours, peers in LINES.values() for c in (ours, *peers.values()))
+    dict.fromkeys(
+        c for ours, peers in LINES.values() for c in (ours, *map(_PEER_CONFIGS.get, peers.values()))
+    )
 )
 PEERS = ("Model Garden", "HF PyTorch")
 SERVE_BATCHES = (1, 32)
@@ -115,35 +117,28 @@ def attention_at(seq: int, batch: int, args: argparse.Namespace, workdir: str) -
 
 
 def curve_rows(
-    records: Sequence[dict[str, Any]],
+    train_rows: Sequence[dict[str, Any]],
     serving: dict[int, dict[str, Any]],
     attention: dict[int, dict[str, Any]],
     seq_lengths: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """One row per length: for each precision of `LINES`, the project's training tokens/s
-    (median over rounds of `records`, `bench_train`'s per-round records) and its ratio to each
-    peer (`train_table.paired_ratio`: each round against the peer's same round); serving p50s
-    and their ratios (HF p50 / ours: > 1 means the project is faster); attention shares."""
+    """One row per length: for each precision of `LINES`, the project's training row
+    (`train_table.summarise`'s: tokens/s, the median over rounds) and its ratio to each peer
+    (that row's per-round ratio in the peer's column); serving p50s and their ratios (HF p50 /
+    ours: > 1 means the project is faster); attention shares."""
     rows = []
     for seq in seq_lengths:
-        at_seq = [r for r in records if r["seq"] == seq]
         row: dict[str, Any] = {"seq": seq, "train": {}, "serve": {}, "attention": {}}
         for precision, (config, peers) in LINES.items():
-            runs = [r for r in at_seq if r["config"] == config]
-            if not runs:
-                row["train"][precision] = None
-                continue
-            row["train"][precision] = {
-                "config": config,
-                "batch": runs[0]["batch"],
-                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
-                "ratios": {
-                    peer: train_table.paired_ratio(
-                        runs, [r for r in at_seq if r["config"] == peer_config]
-                    )
-                    for peer, peer_config in peers.items()
-                },
-            }
+            ours = next((r for r in train_rows if r["config"] == config and r["seq"] == seq), None)
+            row["train"][precision] = None
+            if ours and not ours["failed"]:
+                row["train"][precision] = {
+                    "config": config,
+                    "batch": ours["batch"],
+                    "tokens_per_s": ours["tokens_per_s"],
+                    "ratios": {peer: ours["ratios"].get(column) for peer, column in peers.items()},
+                }
         served = serving.get(seq, {})
         for batch in SERVE_BATCHES:
             mine = served.get("electra-tf", {}).get(batch)
@@ -298,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 attention[seq] = attention_at(seq, batch, args, workdir)
     load_end = machine.load_average()
 
-    rows = curve_rows(records, serving, attention, args.seq_lengths)
+    rows = curve_rows(train_rows, serving, attention, args.seq_lengths)
     print(
         f"\nCost curve, ELECTRA-Small: training at {args.tokens_per_batch} tokens per batch "
         f"(median of {args.rounds} rounds x {args.steps} steps; float32: the project's default "

@@ -102,7 +102,11 @@ def test_cost_curve_rows_and_verdicts():
     # A bf16 peer round missing at 512 pairs nothing with it: the round left is used.
     records = [r for r in records if not (r["config"] == "hf-bf16" and r["seq"] == 512
                                           and r["round"] == 1)]  # fmt: skip
-    rows = cost_curve.curve_rows(records, serving, attention, [128, 512])
+    names = list(cost_curve.TRAIN_CONFIGS)
+    train_rows = train_table.summarise(
+        records, names, dict.fromkeys(names, "pretrain"), flops, PEAK
+    )
+    rows = cost_curve.curve_rows(train_rows, serving, attention, [128, 512])
     assert rows[0]["serve"][32] == {"ours_ms": 200.0, "hf_ms": 500.0, "ratio": 2.5}
     assert rows[1]["serve"][1]["ratio"] == pytest.approx(1.6)
     assert rows[0]["train"]["float32"]["tokens_per_s"] == 750.0  # the median of 1000 and 500

@@ -147,7 +147,7 @@ def test_bench_serve_draws_its_summary(tmp_path):
 
 def test_cost_curve_draws_its_rows(tmp_path):
     serving = {128: {"electra-tf": {1: 10.0, 32: 200.0}, "HF PyTorch": {1: 20.0, 32: 500.0}}}
-    rows = cost_curve.curve_rows(train_records(), serving, {}, [128, 512])
+    rows = cost_curve.curve_rows(train_rows(), serving, {}, [128, 512])
     path = str(tmp_path / "cost.png")
     cost_curve.draw(path, rows, train_rows(), HEADER)
     assert_small_png(path)
@@ -165,7 +165,7 @@ def test_the_figures_the_commands_draw(monkeypatch, tmp_path):
         ("default", 125.0, "electra-tf"), ("mg-fp32", 100.0, "peers"), ("hf-fp32", 62.5, "peers")
     ]  # fmt: skip
     serving = {128: {"electra-tf": {1: 10.0, 32: 200.0}, "HF PyTorch": {1: 20.0}}}
-    cost_curve.draw("x.png", cost_curve.curve_rows(train_records(), serving, {}, [128, 512]),
+    cost_curve.draw("x.png", cost_curve.curve_rows(train_rows(), serving, {}, [128, 512]),
                     train_rows(), HEADER)  # fmt: skip
     _, panels, _ = calls["cost_vs_length"]
     assert panels[0][2]["Model Garden"] == {128: 1e6 / 400.0, 512: 1e6 / 100.0}
