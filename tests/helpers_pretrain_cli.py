@@ -16,8 +16,8 @@ SEQ_LEN = 16
 WORDS = [f"w{i}" for i in range(59)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]  # 64 entries
 
-# Shrinks the tiny preset: one 32-wide layer, batch 4, sequences of 16, no dropout (so that a
-# resumed run can equal an uninterrupted one bit for bit).
+# Shrinks the tiny preset: one 32-wide layer, batch 4, sequences of 16, no dropout (a resumed
+# run equals the uninterrupted one with dropout too: tests/test_resume.py).
 TINY = {
     "model_hparam_overrides": {
         "hidden_size": 32,

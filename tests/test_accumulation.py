@@ -139,17 +139,46 @@ def test_parallel_micro_batches_are_checked():
         _config(1, inter_op_threads=-1)
 
 
+def _calls(graph) -> list:
+    return [op for op in graph.get_operations() if op.type.endswith("PartitionedCall")]
+
+
+def _upstream(op) -> set:
+    """Every op `op` waits for (data and control inputs, transitively)."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent.name not in seen:
+                seen.add(parent.name)
+                stack.append(parent)
+    return seen
+
+
 def test_parallel_micro_batches_run_as_independent_ops():
-    """No loop: the micro-batches' forward passes are separate ops of one graph, so an
-    inter-op pool can run them at once (the point of the option)."""
-    config = _config(1, parallel_micro_batches=2)
+    """No loop: the micro-batches are calls of ONE traced function (its forward and backward
+    traced once), neither waiting for the other, so an inter-op pool runs them at once (the
+    point of the option); the function draws nothing random of its own (its dropout seed is an
+    argument), so its calls cannot repeat one stateful op's masks."""
+    overrides = dict(tiny_config().model_hparam_overrides, hidden_dropout_prob=0.1)
+    config = tiny_config(
+        model_hparam_overrides=dict(overrides, attention_probs_dropout_prob=0.1),
+        train_batch_size=BATCH,
+        parallel_micro_batches=2,
+    )
     model = ElectraPretrainer(config, **SPECIAL_IDS)
     model.compile(optimizer=build_optimizer(config, model))
     batch = {key: tf.constant(value) for key, value in tiny_batch(batch=BATCH, seed=0).items()}
     graph = tf.function(model.train_step).get_concrete_function(batch).graph
     types = [op.type for op in graph.get_operations()]
     assert "While" not in types and "StatelessWhile" not in types
-    # Two forward passes: twice the one-pass step's Softmax ops (attention and vocabulary).
+    calls = [op for op in _calls(graph) if "part_gradients" in op.get_attr("f").name]
+    assert len(calls) == 2
+    assert calls[0].get_attr("f").name == calls[1].get_attr("f").name
+    assert calls[0].name not in _upstream(calls[1]) and calls[1].name not in _upstream(calls[0])
+    body = graph._functions[calls[0].get_attr("f").name]
+    body_types = [op.type for op in body.graph.get_operations()]
+    # The body holds a whole forward pass: as many Softmax ops as the one-pass step's.
     one = _config(1)
     single = ElectraPretrainer(one, **SPECIAL_IDS)
     single.compile(optimizer=build_optimizer(one, single))
@@ -157,7 +186,24 @@ def test_parallel_micro_batches_run_as_independent_ops():
         op.type for op in tf.function(single.train_step).get_concrete_function(batch).graph
         .get_operations()
     ]  # fmt: skip
-    assert types.count("Softmax") == 2 * single_types.count("Softmax") > 0
+    assert body_types.count("Softmax") == single_types.count("Softmax") > 0
+    stateful_random = {
+        "RandomUniform",
+        "RandomUniformInt",
+        "RandomStandardNormal",
+        "StatefulUniform",
+        "StatefulUniformFullInt",
+        "RngReadAndSkip",
+    }
+    assert not stateful_random & set(_all_types(body.graph)), "the body draws its own numbers"
+
+
+def _all_types(graph) -> list[str]:
+    """Op types of `graph` and of the functions it calls (cond branches, fused kernels)."""
+    types = [op.type for op in graph.get_operations()]
+    for function in graph._functions.values():
+        types += _all_types(function.graph) if hasattr(function, "graph") else []
+    return types
 
 
 def test_start_tensorflow_sets_the_thread_pools():

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from electra_tf.modeling.dropout import Dropout, keep_mask, keep_threshold
+from electra_tf.modeling.dropout import Dropout, keep_mask, keep_threshold, seeds_from
 
 RATES = [0.1, 0.2, 0.3, 0.05, 0.5, 0.9, 1e-9, 0.123456789, 1.0 - 2.0**-23]
 
@@ -94,6 +94,32 @@ def test_masks_follow_the_global_seed_and_differ_between_calls():
     np.testing.assert_array_equal(first, again[0])
     np.testing.assert_array_equal(second, again[1])
     assert not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])  # our kernel; Keras's stateless path
+def test_a_function_fed_its_seed_draws_new_masks_per_call_and_the_same_for_the_same_seed(dtype):
+    # What the parallel micro-batches rely on: one traced body called once per part, each
+    # call with its own seed, the body's Dropout calls taking theirs from it in order.
+    first_layer, second_layer = Dropout(0.3, dtype=dtype), Dropout(0.3, dtype=dtype)
+    x = tf.ones([8, 128], dtype)
+
+    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    def body(seed):
+        with seeds_from(seed):
+            return first_layer(x, training=True), second_layer(x, training=True)
+
+    @tf.function(autograph=False)
+    def two_parts(a, b):
+        return body(a), body(b)
+
+    seed_a, seed_b = tf.constant([3, 4]), tf.constant([3, 5])
+    (a1, a2), (b1, b2) = [[t.numpy() != 0 for t in part] for part in two_parts(seed_a, seed_b)]
+    (c1, c2), _ = [[t.numpy() != 0 for t in part] for part in two_parts(seed_a, seed_a)]
+    assert not np.array_equal(a1, b1) and not np.array_equal(a2, b2)  # two seeds, two masks
+    assert not np.array_equal(a1, a2)  # two layers of one call
+    np.testing.assert_array_equal(a1, c1)  # the same seed: the same masks
+    np.testing.assert_array_equal(a2, c2)
+    assert 0.6 < a1.mean() < 0.8
 
 
 def test_inference_rate_zero_and_other_dtypes_keep_keras_behaviour():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers_pretrain_cli import (
     ROOT,
+    TINY,
     checkpoint_values,
     cli_command,
     cli_env,
@@ -60,6 +61,33 @@ def test_resumed_run_equals_the_uninterrupted_run(straight_run, capsys):
     earlier = checkpoint_values(str(models / "straight" / "ckpt-6"))
     changed = [k for k in earlier if k.startswith("model/") and "metric" not in k]
     assert any(not np.array_equal(earlier[k], straight[k]) for k in changed)
+
+
+def test_a_run_with_dropout_resumes_to_the_uninterrupted_runs_weights(tmp_path):
+    # Dropout's masks come from the checkpointed `model.rng` (a seed per pass,
+    # `gradients.part_dropout_seed`), not from stateful ops that restart with the run: the
+    # resumed steps draw the masks the uninterrupted run drew.
+    data = write_corpus(tmp_path / "data", num_records=16)
+    models = data / "models"
+    dropout = {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    overrides = {"model_hparam_overrides": {**TINY["model_hparam_overrides"], **dropout}}
+    assert run_pretrain(data, "straight", num_train_steps=4, **overrides) == 0
+    os.makedirs(models / "resumed")
+    for name in os.listdir(models / "straight"):
+        if name.startswith("ckpt-2.") or name == "config.json":
+            shutil.copy(models / "straight" / name, models / "resumed" / name)
+    (models / "resumed" / "checkpoint").write_text('model_checkpoint_path: "ckpt-2"\n')
+    assert run_pretrain(data, "resumed", num_train_steps=4, **overrides) == 0
+    straight = checkpoint_values(str(models / "straight" / "ckpt-4"))
+    resumed = checkpoint_values(str(models / "resumed" / "ckpt-4"))
+    assert straight.keys() == resumed.keys()
+    for name, value in straight.items():
+        np.testing.assert_array_equal(value, resumed[name], err_msg=name)
+    # Dropout acted: the same run without it ends elsewhere.
+    assert run_pretrain(data, "no-dropout", num_train_steps=4) == 0
+    plain = checkpoint_values(str(models / "no-dropout" / "ckpt-4"))
+    weights = [k for k in plain if k.startswith("model/") and "rng" not in k and "metric" not in k]
+    assert any(not np.array_equal(plain[k], straight[k]) for k in weights)
 
 
 def test_a_fresh_process_starts_from_the_same_weights(tmp_path):

@@ -20,6 +20,7 @@ dropout (`python -m bench.fusion_micro --rounds 1 --intra 1`, its dropout rows).
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -80,6 +81,35 @@ def drop(x: tf.Tensor, seed: tf.Tensor, rate: float) -> tf.Tensor:
 @fused
 def _fused_drop(x, seed, threshold, scale):
     return tf.where(kept(x, seed, threshold), x * scale, tf.zeros_like(x))
+
+
+class _SeedFeed:
+    """The seeds of the Dropout calls traced inside one `seeds_from` block: the i-th call's is
+    base + [0, i] (distinct 64-bit words, each mixed into a key by `random_bits.seed_key`)."""
+
+    def __init__(self, base: tf.Tensor):
+        self.base = tf.cast(base, tf.int32)
+        self.count = 0
+
+    def next(self) -> tf.Tensor:
+        self.count += 1
+        return self.base + tf.constant([0, self.count], tf.int32)
+
+
+_FEEDS: list[_SeedFeed] = []
+
+
+@contextlib.contextmanager
+def seeds_from(base: tf.Tensor):
+    """Within the block, every `Dropout` call takes its mask's seed from `base` (int [2]), one
+    per call in the order traced, instead of drawing from its generator: a traced function that
+    takes `base` as an argument has no random state of its own, so calling it twice with two
+    bases gives two sets of masks (two inlined copies of a stateful draw would repeat them)."""
+    _FEEDS.append(_SeedFeed(base))
+    try:
+        yield
+    finally:
+        _FEEDS.pop()
 
 
 class GeneratorSeeds(tf.Module):
@@ -173,6 +203,15 @@ class Dropout(keras.layers.Dropout):
             # fused kernel (the function runtime prunes it first).
             return inputs
         if not self.own_mask(inputs):
+            if _FEEDS and self.rate != 0:
+                seed = _FEEDS[-1].next()
+                return tf.__internal__.smart_cond.smart_cond(
+                    training,
+                    lambda: tf.nn.experimental.stateless_dropout(
+                        inputs, self.rate, seed, self.noise_shape
+                    ),
+                    lambda: tf.identity(inputs),
+                )
             return super().call(inputs, training=training)
 
         def dropped():
@@ -183,7 +222,10 @@ class Dropout(keras.layers.Dropout):
     def _stateless_seed(self) -> tf.Tensor:
         """int [2] for this call, from the layer's Keras random generator: its stateless seed
         where it has one, else one draw of a stateful op seeded as Keras seeds its own
-        dropout op (the global seed and the layer's `seed`)."""
+        dropout op (the global seed and the layer's `seed`); inside `seeds_from`, the block's
+        next seed."""
+        if _FEEDS:
+            return _FEEDS[-1].next()
         generator = self._random_generator
         seed = generator.make_seed_for_stateless_op()
         if seed is not None:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras as keras
 
+from electra_tf.modeling.dropout import seeds_from
 from electra_tf.pretraining.losses import replica_sum
 from electra_tf.pretraining.masking import candidates_mask, num_masked_slots
+from electra_tf.pretraining.replica_draws import replica_rows
 
 # The model is an `ElectraPretrainer` (its `forward`, `draw`, `config`); typed as a Keras model
 # so that this module, which the pretrainer imports, does not import it back.
@@ -36,11 +38,14 @@ def loss_gradients(
     variables: list[tf.Variable],
     denominators: tuple[tf.Tensor, ...] | None = None,
     draws: dict | None = None,
+    dropout_seed: tf.Tensor | None = None,
 ) -> tuple[list, dict[str, tf.Tensor]]:
     """The gradient of `model`'s training loss on `inputs`, and the forward's outputs.
 
     Under a `LossScaleOptimizer` the loss is scaled before the backward pass (float16
-    gradients would underflow otherwise) and the gradients unscaled after.
+    gradients would underflow otherwise) and the gradients unscaled after. Every dropout mask
+    of the pass comes from `dropout_seed` (`dropout.seeds_from`), itself from `model.rng`: a
+    run resumed from a checkpoint draws the masks the uninterrupted run would have.
 
     Args:
         model: the pretrainer; its `optimizer` decides the loss scaling.
@@ -50,6 +55,7 @@ def loss_gradients(
             None for `inputs`' own.
         draws: the masking and sampling draws (`model.draw`'s, or a slice of them), or None
             to draw anew.
+        dropout_seed: int [2], the pass's dropout seed; None: `part_dropout_seed(draws, 0, 1)`.
 
     Returns:
         (one gradient per variable, None where the loss does not depend on it; `model.forward`'s
@@ -57,7 +63,11 @@ def loss_gradients(
     """
     optimizer = model.optimizer
     scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
-    with tf.GradientTape() as tape:
+    if draws is None:
+        draws = model.draw(inputs)
+    if dropout_seed is None:
+        dropout_seed = part_dropout_seed(draws, 0, 1)
+    with tf.GradientTape() as tape, seeds_from(dropout_seed):
         outputs = model.forward(inputs, True, denominators=denominators, draws=draws)
         loss = outputs["loss"]
         if scaling:
@@ -66,6 +76,15 @@ def loss_gradients(
     if scaling:
         gradients = optimizer.get_unscaled_gradients(gradients)
     return gradients, outputs
+
+
+def part_dropout_seed(draws: dict, index: int | tf.Tensor, parts: int) -> tf.Tensor:
+    """int32 [2]: the dropout seed of micro-batch `index` of `parts` (0 of 1: the whole
+    batch), on this replica, from the step's sampling seed (`draws["sample_seed"]`, one draw of
+    `model.rng`): distinct for every part and replica, and continued by a resumed run."""
+    replica, _ = replica_rows()
+    data = tf.cast(replica, tf.int32) * parts + tf.cast(index, tf.int32) + 1
+    return tf.random.experimental.stateless_fold_in(draws["sample_seed"], data)
 
 
 def whole_batch_denominators(
@@ -132,17 +151,26 @@ def parallel_gradients(
     denominators = whole_batch_denominators(model, inputs, parts)
     # The masking and the sampler's noise (where its rows start in the seed's stream) are
     # drawn once for the whole batch and sliced: the corrupted batch, and so the update, are
-    # the one-pass step's from the same state of `model.rng` (dropout aside, which each part
-    # draws itself).
+    # the one-pass step's from the same state of `model.rng` (dropout aside: each part's
+    # masks come from its own seed, below).
     draws = model.draw(inputs)
     size = tf.shape(inputs["input_ids"])[0] // parts
+
+    # One part's forward and backward, traced once and called once per part: the parts
+    # have the same shapes, and tracing each anew (the graph builds the backward op by op, in
+    # Python) cost about a third of the whole step's first trace. Its dropout seeds come in
+    # as an argument (`part_dropout_seed`), so the body draws nothing of its own; not inlined,
+    # so the graph optimiser too works on one copy.
+    @tf.function(autograph=False, experimental_attributes={"_noinline": True})
+    def part_gradients(part, part_draws, dropout_seed):
+        return loss_gradients(model, part, variables, denominators, part_draws, dropout_seed)
+
     sums = None
     for index in range(parts):
         rows = slice(index * size, (index + 1) * size)
         part = {key: value[rows] for key, value in inputs.items()}
-        gradients, outputs = loss_gradients(
-            model, part, variables, denominators, _slice_draws(draws, rows)
-        )
+        dropout_seed = part_dropout_seed(draws, index, parts)
+        gradients, outputs = part_gradients(part, _slice_draws(draws, rows), dropout_seed)
         # Each part's loss is its share of the batch loss: scale so the Mean is the total.
         model.update_metrics(outputs, part, parts=parts)
         sums = add_gradients(sums, gradients)
@@ -224,7 +252,8 @@ def accumulated_gradients(
             "sample_seed": draws["sample_seed"],
             **{key: value[index] for key, value in micro_draws["rows"].items()},
         }
-        gradients, outputs = loss_gradients(model, part, variables, denominators, part_draws)
+        seed = part_dropout_seed(draws, index, steps)
+        gradients, outputs = loss_gradients(model, part, variables, denominators, part_draws, seed)
         # Each part's loss is its share of the batch loss: scale so the Mean is the total.
         model.update_metrics(outputs, part, parts=steps)
         sums = [
