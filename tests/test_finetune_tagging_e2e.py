@@ -136,6 +136,34 @@ def test_ner_finetunes_scores_like_seqeval_and_exports_tags_as_written(tmp_path,
                    for p in predicted for i in range(len(p)))  # fmt: skip
 
 
+def test_chunk_exports_without_its_data_files(tmp_path):
+    # The original's chunk task reads its label mapping from the data (the BIOES tags of every
+    # split). The trial saves it (`task_state.json`), so the export builds the model's head
+    # and names its tags with the data folder gone, and answers what the data-built export does.
+    rng = np.random.default_rng(7)
+    train, dev = sentences(rng, 32, "IOB2"), sentences(rng, 8, "IOB2")
+    write_task(tmp_path, train, dev)  # the vocabulary (and a user task left unused)
+    chunk = tmp_path / "finetuning_data" / "chunk"
+    chunk.mkdir(parents=True)
+    (chunk / "train.txt").write_text(conll(train))
+    (chunk / "dev.txt").write_text(conll(dev))
+    hparams = json.dumps({**TINY, "num_train_epochs": 1})
+    args = ["--data-dir", str(tmp_path), "--model-name", "tiny"]
+    assert finetune.main([*args, "--tasks", "chunk", "--hparams", hparams]) == 0
+    trial = tmp_path / "models" / "tiny" / "finetuning_models" / "chunk_model_1"
+    saved = json.loads((trial / "task_state.json").read_text())["chunk"]["label_mapping"]
+    assert "B-PER" in saved and "S-LOC" in saved  # BIOES: what the head's ids mean
+    texts = [" ".join(w for w, _ in s) for s in dev]
+    serving = tmp_path / "models" / "tiny" / "serving" / "tiny_chunk"
+    assert export.main([*args, "--task", "chunk"]) == 0
+    with_data = served_tags(str(serving / "1"), texts)
+    chunk.rename(tmp_path / "chunk_moved")
+    assert export.main([*args, "--task", "chunk"]) == 0  # a new version, from no data
+    assert served_tags(str(serving / "2"), texts) == with_data
+    assert [len(p) for p in with_data] == [len(s) for s in dev]
+    assert {t for p in with_data for t in p} <= {t for s in train for _, t in s}  # IOB2
+
+
 def _unseen_dev_tag(root):
     dev = root / "ner" / "dev.conll"
     dev.write_text(dev.read_text() + "\njohn NNP B-NP B-ORG\n")

@@ -128,6 +128,14 @@ class TaggingTask(Task):
             self._label_mapping = {tag: i for i, tag in enumerate(sorted(tags))}
         return self._label_mapping
 
+    def trained_state(self) -> dict[str, Any]:
+        """The label mapping (its ids are the head's outputs): the export needs no data."""
+        return {"label_mapping": self.label_mapping()}
+
+    def use_trained_state(self, state: dict[str, Any]) -> None:
+        if "label_mapping" in state:
+            self._label_mapping = {str(tag): int(i) for tag, i in state["label_mapping"].items()}
+
     def label_ids(self, sentence: Sentence, path: str) -> list[int]:
         """The label ids the model learns for `sentence` of the file `path`: its tags as BIOES
         (the original's re-encoding); every BIOES tag of the data has an id."""

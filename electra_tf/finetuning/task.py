@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import tf_keras as keras
 
 from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.runtime.atomic_io import write_json
+
+# In each trial's folder: every task's `trained_state()` by task name.
+TASK_STATE_FILE = "task_state.json"
 
 
 class DataError(ValueError):
@@ -142,6 +148,17 @@ class Task(abc.ABC):
         """Label names for submission files; None for regression / span tasks."""
         return None
 
+    def trained_state(self) -> dict[str, Any]:
+        """What this task read from its data that the trained model depends on and the config
+        does not hold (JSON values; {} for none): saved with each trial (`TASK_STATE_FILE`),
+        so that the export builds the task without the data files."""
+        return {}
+
+    def use_trained_state(self, state: dict[str, Any]) -> None:
+        """Takes back `trained_state()`'s dict (a trial's, at export) instead of reading it from
+        the data."""
+        del state  # a task that saves nothing takes nothing back
+
     @abc.abstractmethod
     def write_test_predictions(self, predict: Predict, out_dir: str, trial: int) -> None:
         """This trial's test-split predictions, in the task's benchmark submission format,
@@ -152,3 +169,21 @@ class Task(abc.ABC):
     def skip_test_predictions(self) -> None:
         """The console line of a task that writes no test predictions."""
         log(f"Skipping {self.name}: writing test predictions is GLUE / SQuAD 2.0 only")
+
+
+def save_trained_state(tasks: list[Task], directory: str) -> None:
+    """Writes the tasks' `trained_state()` into a trial's `directory` (atomically)."""
+    states = {task.name: task.trained_state() for task in tasks}
+    write_json(os.path.join(directory, TASK_STATE_FILE), states, indent=2, sort_keys=True)
+
+
+def use_trained_state(tasks: list[Task], directory: str) -> None:
+    """Gives each task its state saved in the trial `directory`, where the trial has one (a
+    trial from before this file existed: the tasks read their data as they did)."""
+    path = os.path.join(directory, TASK_STATE_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        states = json.load(f)
+    for task in tasks:
+        task.use_trained_state(states.get(task.name, {}))

@@ -23,7 +23,7 @@ from electra_tf.finetuning.config import (
     file_sha1,
     save_finetuning_config,
 )
-from electra_tf.finetuning.task import Task, log
+from electra_tf.finetuning.task import Task, log, save_trained_state
 from electra_tf.runtime.atomic_io import write_json
 
 DATA_FILES = "data_files.json"  # <trial>/data_files.json: sha1 of each task's train/dev file
@@ -84,6 +84,7 @@ def begin_trial(config: FinetuningConfig, tasks: list[Task], model_dir: str) -> 
     os.makedirs(model_dir, exist_ok=True)
     save_finetuning_config(config, os.path.join(model_dir, FINETUNING_CONFIG_FILE))
     write_json(os.path.join(model_dir, DATA_FILES), data_digests(tasks), indent=2)
+    save_trained_state(tasks, model_dir)  # what the export needs of the data
 
 
 def _saved(config: FinetuningConfig, trial: int) -> tuple[str, dict, dict] | None:

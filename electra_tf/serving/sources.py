@@ -169,7 +169,7 @@ def task_spec(
     from electra_tf.data.tokenization import FullTokenizer
     from electra_tf.finetuning.model import FinetuningModel
     from electra_tf.finetuning.registry import get_task
-    from electra_tf.finetuning.task import shared_feature_specs
+    from electra_tf.finetuning.task import shared_feature_specs, use_trained_state
 
     run_dir = checkpoint or os.path.join(
         model_dir, "finetuning_models", f"{task_name}_model_{trial}"
@@ -178,6 +178,7 @@ def task_spec(
     vocab_file = find_vocab(model_dir, config.resolved_vocab_file(), vocab_file)
     tokenizer = FullTokenizer(vocab_file, config.do_lower_case, config.do_strip_accents)
     tasks = [get_task(name, config, tokenizer) for name in config.task_names]
+    use_trained_state(tasks, run_dir)  # e.g. chunk's label mapping: no data needed
     task = tasks[config.task_names.index(task_name)]
     specs = shared_feature_specs(config)
     for t in tasks:
