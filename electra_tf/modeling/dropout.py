@@ -202,21 +202,21 @@ class Dropout(keras.layers.Dropout):
             # one between a dense product and the residual sum kept the sum out of the product's
             # fused kernel (the function runtime prunes it first).
             return inputs
-        if not self.own_mask(inputs):
-            if _FEEDS and self.rate != 0:
-                seed = _FEEDS[-1].next()
-                return tf.__internal__.smart_cond.smart_cond(
-                    training,
-                    lambda: tf.nn.experimental.stateless_dropout(
-                        inputs, self.rate, seed, self.noise_shape
-                    ),
-                    lambda: tf.identity(inputs),
+        if self.own_mask(inputs):
+
+            def dropped():
+                return drop(inputs, self.call_seed(), self.rate)
+
+        elif _FEEDS and self.rate != 0:  # Keras's stateless path, from the block's seed
+
+            def dropped():
+                seed = self._stateless_seed()
+                return tf.nn.experimental.stateless_dropout(
+                    inputs, self.rate, seed, self.noise_shape
                 )
+
+        else:
             return super().call(inputs, training=training)
-
-        def dropped():
-            return drop(inputs, self.call_seed(), self.rate)
-
         return tf.__internal__.smart_cond.smart_cond(training, dropped, lambda: tf.identity(inputs))
 
     def _stateless_seed(self) -> tf.Tensor:

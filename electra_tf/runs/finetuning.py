@@ -33,7 +33,7 @@ from electra_tf.finetuning.data_check import check_task_data
 from electra_tf.finetuning.model import FinetuningModel, feature_signature
 from electra_tf.finetuning.preprocessing import Preprocessor
 from electra_tf.finetuning.registry import get_tasks, make_tokenizer
-from electra_tf.finetuning.task import Task, log, save_trained_state
+from electra_tf.finetuning.task import Task, log
 from electra_tf.modeling.utils import InferenceOptions
 from electra_tf.runs.cpu_calls import HEARTBEAT_SECONDS
 
@@ -156,7 +156,6 @@ class ModelRunner:
         """The trial's checkpoint, its fine-tuning config and its encoder's config."""
         TrainingCheckpoints(self.model_dir, 1, model=self.model).save(self.train_steps)
         save_finetuning_config(self.config, os.path.join(self.model_dir, FINETUNING_CONFIG_FILE))
-        save_trained_state(self.tasks, self.model_dir)
         model_config = self.model.model_config.to_dict()
         write_json(os.path.join(self.model_dir, MODEL_CONFIG_FILE), model_config, indent=2)
 
